@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/cuesched/cuesched/scheduler/demo"
+)
+
+func runDemo(ctx context.Context, c *cli, args []string) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	hosts := fs.Int("hosts", 300, "render nodes in the farm")
+	frames := fs.Int("frames", 3000, "frames to render")
+	untilDrained := fs.Bool("until-drained", true, "stop when every frame of the managed shows is done")
+	duration := fs.Duration("duration", 0, "stop after this long (0 = no limit)")
+	rtMin := fs.Duration("run-time-min", 200*time.Millisecond, "shortest fake frame run time")
+	rtMax := fs.Duration("run-time-max", 2*time.Second, "longest fake frame run time")
+	logLevel := fs.String("log-level", "warn", "component log level (logs go to stderr)")
+	seed := fs.Int64("seed", 1, "farm generator seed")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *hosts < 1 || *frames < 1 {
+		fmt.Fprintln(c.stderr, "cuesched demo: --hosts and --frames must be at least 1")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := hclog.New(&hclog.LoggerOptions{Name: "demo", Level: hclog.LevelFromString(*logLevel), Output: c.stderr})
+	err := demo.Run(ctx, demo.Options{
+		Hosts: *hosts, Frames: *frames, UntilDrained: *untilDrained, Duration: *duration,
+		RunTimeMin: *rtMin, RunTimeMax: *rtMax, Out: c.stdout, Interactive: demo.IsTerminal(c.stdout),
+		Logger: logger, Seed: *seed,
+	})
+	if err != nil {
+		fmt.Fprintln(c.stderr, "cuesched demo:", err)
+		return 1
+	}
+	return 0
+}

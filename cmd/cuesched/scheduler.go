@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/cuesched/cuesched/scheduler/pipeline"
+	"github.com/cuesched/cuesched/scheduler/rollout"
+	"github.com/cuesched/cuesched/shared/config"
+	"github.com/cuesched/cuesched/shared/daemon"
+	"github.com/cuesched/cuesched/shared/metrics"
+)
+
+const schedulerUsage = `usage: cuesched scheduler --config FILE [--facility NAME] [--dry-run]
+
+Runs the standalone scheduler: finds pending work of every scheduler-managed
+show (show.b_scheduler_managed = true) in its facility, matches it with hosts
+from the replication-fed host cache, books it in Redis and Postgres and
+launches it on RQD. Run one or more per facility; the accounting loops are
+leader-elected, frames are claimed with an optimistic lock.
+
+Configuration: the file's database, accounting, queue, host_cache,
+scheduler, rqd, logging and metrics sections, overridden by CUESCHED_*
+environment variables, overridden by these flags (see 'cuesched config').
+/metrics, /healthz and /readyz are served on metrics.listen. SIGTERM drains,
+SIGUSR1 toggles debug logging.
+
+flags:
+`
+
+// runScheduler is "cuesched scheduler".
+func runScheduler(ctx context.Context, c *cli, args []string) int {
+	fs := flag.NewFlagSet("cuesched scheduler", flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	configPath := fs.String("config", "", "configuration file (YAML); required")
+	facility := fs.String("facility", "", "facility name (facility.str_name) to schedule; overrides scheduler.facility")
+	dryRun := fs.Bool("dry-run", false, "book in Postgres and Redis but never call RQD (overrides rqd.dry_run)")
+	fs.Usage = func() {
+		fmt.Fprint(c.stderr, schedulerUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(c.stderr, "cuesched scheduler: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if strings.TrimSpace(*configPath) == "" {
+		fmt.Fprintln(c.stderr, "cuesched scheduler: --config FILE is required (print an annotated example with 'cuesched config')")
+		return 2
+	}
+	cfg, err := config.Load(*configPath, c.getenv)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "cuesched scheduler: %v\n", err)
+		return 1
+	}
+	if *facility != "" {
+		cfg.Scheduler.Facility = *facility
+	}
+	if *dryRun {
+		cfg.RQD.DryRun = true
+	}
+	if cfg.Database.URL, err = withAppName(cfg.Database.URL, rollout.RoleScheduler, instanceName(cfg.Scheduler.InstanceName)); err != nil {
+		fmt.Fprintf(c.stderr, "cuesched scheduler: %v\n", err)
+		return 1
+	}
+	d, err := daemon.New("scheduler", cfg, c.stderr, metrics.Build{Version: version, Revision: revision})
+	if err != nil {
+		fmt.Fprintf(c.stderr, "cuesched scheduler: %v\n", err)
+		return 1
+	}
+	err = d.Run(ctx, func(ctx context.Context) error {
+		s, err := pipeline.NewScheduler(ctx, cfg, pipeline.Deps{Logger: d.Logger, Registerer: d.Registry, Health: d.Health})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		return s.Run(ctx)
+	})
+	if err != nil {
+		d.Logger.Error("scheduler stopped", "error", err)
+		fmt.Fprintf(c.stderr, "cuesched scheduler: %v\n", err)
+		return 1
+	}
+	return 0
+}

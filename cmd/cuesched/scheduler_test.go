@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cuesched/cuesched/migrations/migrationstest"
+	"github.com/cuesched/cuesched/scheduler/farmtest"
+	"github.com/cuesched/cuesched/shared/testenv"
+)
+
+func runSchedulerT(ctx context.Context, env map[string]string, args ...string) (int, *lockedBuffer) {
+	out, errb := &lockedBuffer{}, &lockedBuffer{}
+	c := &cli{stdout: out, stderr: errb, getenv: func(k string) string { return env[k] }, logger: hclog.NewNullLogger()}
+	return runScheduler(ctx, c, args), errb
+}
+
+func TestSchedulerCLIUsageAndErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	empty := filepath.Join(t.TempDir(), "empty.yaml")
+	if err := os.WriteFile(empty, []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("queue:\n  layer_backof_min: 1s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"--config", empty, "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"--help"}, 0, "usage: cuesched scheduler --config FILE"},
+		{nil, 2, "--config FILE is required"},
+		{[]string{"--config", "/nonexistent/cuesched.yaml"}, 1, "/nonexistent/cuesched.yaml"},
+		{[]string{"--config", bad}, 1, "queue.layer_backof_min"},
+	}
+	for _, tc := range cases {
+		code, errb := runSchedulerT(ctx, nil, tc.args...)
+		if code != tc.code || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("scheduler %v: code %d, stderr %q; want %d and %q", tc.args, code, errb.String(), tc.code, tc.want)
+		}
+	}
+}
+
+// An unknown --facility is a clear startup failure naming it.
+func TestSchedulerCLIUnknownFacility(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "cfg.yaml")
+	if err := os.WriteFile(path, []byte("metrics:\n  listen: \"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"CUESCHED_DATABASE_URL": migrationstest.Database(t), "CUESCHED_ACCOUNTING_REDIS_URL": testenv.NewRedisDB(t)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code, errb := runSchedulerT(ctx, env, "--config", path, "--facility", "atlantis")
+	if code != 1 || !strings.Contains(errb.String(), `unknown facility "atlantis"`) {
+		t.Fatalf("code %d, stderr %q", code, errb.String())
+	}
+}
+
+// A dry run against a real database books the frames of a managed show in
+// Postgres and Redis (through the real host cache and accounting
+// bootstrap), and SIGTERM-style cancellation drains cleanly.
+func TestSchedulerCLIDryRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := migrationstest.Database(t)
+	pool, err := pgxpool.New(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s := &farmtest.Seeder{DB: pool}
+	fac, err := s.Facility(ctx, "spi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	show, err := s.Show(ctx, "cli", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc, err := s.Alloc(ctx, fac, "spi.general", "general")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Subscribe(ctx, show, alloc, 10, 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Host(ctx, farmtest.HostSpec{Name: "clihost", Alloc: alloc, AllocTag: "general", Cores: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Job(ctx, farmtest.JobSpec{Name: "clijob", Show: show, Facility: fac,
+		Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 3, NotThreadable: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "cfg.yaml")
+	cfg := "metrics:\n  listen: \"127.0.0.1:0\"\nqueue:\n  active_scan_interval: 50ms\naccounting:\n  leader_poll_interval: 50ms\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"CUESCHED_DATABASE_URL": db, "CUESCHED_ACCOUNTING_REDIS_URL": testenv.NewRedisDB(t)}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan int, 1)
+	var errb *lockedBuffer
+	go func() {
+		var code int
+		code, errb = runSchedulerT(rctx, env, "--config", path, "--facility", "spi", "--dry-run")
+		done <- code
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM proc`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			<-done
+			t.Fatalf("%d of 3 frames booked by the dry run; stderr:\n%s", n, errb.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit code %d; stderr:\n%s", code, errb.String())
+	}
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/scheduler/rollout"
+	"github.com/cuesched/cuesched/shared/config"
+	"github.com/cuesched/cuesched/shared/daemon"
+	"github.com/cuesched/cuesched/shared/metrics"
+	"github.com/cuesched/cuesched/sidecar"
+)
+
+const sidecarUsage = `usage: cuesched sidecar [--config FILE] [--create-slot]
+
+Runs the release publisher next to Cuebot: reads committed proc DELETEs from
+the replication slot sidecar.slot_name and applies each scheduler-managed
+release to Redis exactly once; forwards cap changes of managed shows. Several
+sidecars may run against one database: one streams, the others stand by.
+
+Configuration: the file's database, accounting (Redis), sidecar, logging and
+metrics sections, overridden by CUESCHED_* environment variables (see
+'cuesched config'). /metrics, /healthz and /readyz are served on metrics.listen.
+
+flags:
+`
+
+// runSidecar is "cuesched sidecar".
+func runSidecar(ctx context.Context, c *cli, args []string) int {
+	fs := flag.NewFlagSet("cuesched sidecar", flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	configPath := fs.String("config", "", "configuration file (YAML); defaults and CUESCHED_* environment variables apply without one")
+	createSlot := fs.Bool("create-slot", false, "create the replication slot if it is missing (same as sidecar.create_slot: true)")
+	fs.Usage = func() {
+		fmt.Fprint(c.stderr, sidecarUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(c.stderr, "cuesched sidecar: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	cfg, err := config.Load(*configPath, c.getenv)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "cuesched sidecar: %v\n", err)
+		return 1
+	}
+	if *createSlot {
+		cfg.Sidecar.CreateSlot = true
+	}
+	d, err := daemon.New("sidecar", cfg, c.stderr, metrics.Build{Version: version, Revision: revision})
+	if err != nil {
+		fmt.Fprintf(c.stderr, "cuesched sidecar: %v\n", err)
+		return 1
+	}
+	rdb, err := publisher.NewClient(publisher.ClientConfig{
+		URL: cfg.Accounting.RedisURL, MasterName: cfg.Accounting.SentinelMaster,
+		SentinelAddrs: cfg.Accounting.SentinelAddrs, PoolSize: cfg.Accounting.RedisPoolSize,
+	})
+	if err != nil {
+		fmt.Fprintf(c.stderr, "cuesched sidecar: accounting: %v\n", err)
+		return 1
+	}
+	defer rdb.Close()
+	dbURL, err := withAppName(cfg.Database.URL, rollout.RoleSidecar, instanceName(cfg.Scheduler.InstanceName))
+	if err != nil {
+		fmt.Fprintf(c.stderr, "cuesched sidecar: %v\n", err)
+		return 1
+	}
+	sc, err := sidecar.New(sidecar.Config{
+		DatabaseURL:    dbURL,
+		SlotName:       cfg.Sidecar.SlotName,
+		Publications:   cfg.Sidecar.Publications,
+		CreateSlot:     cfg.Sidecar.CreateSlot,
+		MaxRetainedWAL: int64(cfg.Sidecar.MaxRetainedWAL),
+		StandbyRetry:   time.Duration(cfg.Sidecar.StandbyRetry),
+		Logger:         d.Logger,
+		Registerer:     d.Registry,
+		Health:         d.Health,
+	}, rdb)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "cuesched sidecar: %v\n", err)
+		return 1
+	}
+	if err := d.Run(ctx, sc.Run); err != nil {
+		d.Logger.Error("sidecar stopped", "error", err)
+		fmt.Fprintf(c.stderr, "cuesched sidecar: %v\n", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/cuesched/cuesched/scheduler/rollout"
+)
+
+// instanceName is how this process names itself in logs, application_name
+// and `cuesched status`: the configured name, else host/pid.
+func instanceName(configured string) string {
+	if configured != "" {
+		return configured
+	}
+	h, _ := os.Hostname()
+	if h == "" {
+		h = "unknown"
+	}
+	return fmt.Sprintf("%s:%d", h, os.Getpid())
+}
+
+// withAppName sets application_name on a libpq URL or key=value DSN unless
+// it is already set, so every connection of the daemon (pool, replication,
+// leader lock) shows up in pg_stat_activity as cuesched-<role>/<instance>.
+func withAppName(dsn, role, instance string) (string, error) {
+	name := rollout.AppName(role, instance)
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "", fmt.Errorf("database.url: %w", err)
+		}
+		q := u.Query()
+		if q.Get("application_name") == "" {
+			q.Set("application_name", name)
+			u.RawQuery = q.Encode()
+		}
+		return u.String(), nil
+	}
+	if strings.Contains(dsn, "application_name=") {
+		return dsn, nil
+	}
+	return strings.TrimSpace(dsn + " application_name='" + strings.ReplaceAll(name, "'", `\'`) + "'"), nil
+}

@@ -1,0 +1,24 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestWithAppName(t *testing.T) {
+	got, err := withAppName("postgres://u@db:5432/cuebot?sslmode=disable", "scheduler", "node1:42")
+	if err != nil || !strings.Contains(got, "application_name=cuesched-scheduler%2Fnode1%3A42") || !strings.Contains(got, "sslmode=disable") {
+		t.Fatalf("url form: %q %v", got, err)
+	}
+	kept, _ := withAppName("postgres://u@db/cuebot?application_name=mine", "scheduler", "x")
+	if !strings.Contains(kept, "application_name=mine") || strings.Contains(kept, "cuesched-") {
+		t.Fatalf("an explicit application_name must win: %q", kept)
+	}
+	dsn, _ := withAppName("host=db dbname=cuebot", "sidecar", "n")
+	if dsn != "host=db dbname=cuebot application_name='cuesched-sidecar/n'" {
+		t.Fatalf("dsn form: %q", dsn)
+	}
+	if _, err := withAppName("postgres://%zz", "scheduler", "x"); err == nil {
+		t.Fatal("a malformed URL must be an error")
+	}
+}

@@ -1,0 +1,134 @@
+-- book.lua: charge one proc's reservation to the five accounting hashes,
+-- atomically, after checking the caps. See package lua for the contract.
+--
+-- KEYS[1]  acct:sub:{show}:{alloc}
+-- KEYS[2]  acct:folder:{folder}
+-- KEYS[3]  acct:job:{job}
+-- KEYS[4]  acct:layer:{layer}
+-- KEYS[5]  acct:point:{dept}:{show}
+-- KEYS[6]  acct:seq
+-- KEYS[7]  acct:proc:{proc}         per-proc booking record (idempotency)
+-- KEYS[8]  acct:show:{show}         seeding marker (field "seeded")
+-- KEYS[9]  acct:procs:{show}        set of the show's booked proc ids
+-- KEYS[10] acct:tomb:{proc}         release tombstone
+-- KEYS[11] acct:rep:{show}          repair session (field "gen"), if any
+-- KEYS[12] acct:repc:{show}         repair session: cores per key
+-- KEYS[13] acct:repg:{show}         repair session: GPUs per key
+--
+-- ARGV[1]  mode: "check" (enforce caps) or "force" (apply unconditionally)
+-- ARGV[2]  proc id
+-- ARGV[3]  show id
+-- ARGV[4]  whole cores charged (integer >= 0)
+-- ARGV[5]  exact centicores (integer >= 0, recorded only)
+-- ARGV[6]  GPUs (integer >= 0)
+-- ARGV[7]  job int_max_cores seed   (whole cores, "" = not supplied)
+-- ARGV[8]  job int_max_gpus seed    ("" = not supplied)
+-- ARGV[9]  folder int_max_cores seed ("" = not supplied)
+-- ARGV[10] folder int_max_gpus seed  ("" = not supplied)
+--
+-- Returns
+--   {1, seq}                          booked; seq = acct:seq after the booking
+--   {0, table, current, limit[, why]} a cap would be exceeded; nothing written
+--                                     (why = "missing" when no subscription)
+--   {2, seq}                          duplicate: a record for this proc exists
+--   {3}                               show not seeded (check mode only)
+--   {4}                               proc already released (tombstone)
+
+local function isint(v)
+  local n = tonumber(v)
+  return n ~= nil and n == math.floor(n) and n >= 0 and n < 9007199254740992
+end
+
+-- Validate everything before the first write: scripts do not roll back.
+local mode = ARGV[1]
+if mode ~= 'check' and mode ~= 'force' then
+  return redis.error_reply('ERR acct book: mode must be "check" or "force", got "' .. tostring(mode) .. '"')
+end
+local proc, show = ARGV[2], ARGV[3]
+if proc == nil or proc == '' then return redis.error_reply('ERR acct book: empty proc id') end
+if show == nil or show == '' then return redis.error_reply('ERR acct book: empty show id') end
+if not isint(ARGV[4]) or not isint(ARGV[5]) or not isint(ARGV[6]) then
+  return redis.error_reply('ERR acct book: cores, centicores and gpus must be non-negative integers, got '
+    .. tostring(ARGV[4]) .. ', ' .. tostring(ARGV[5]) .. ', ' .. tostring(ARGV[6]))
+end
+for i = 7, 10 do
+  local v = ARGV[i]
+  if v ~= nil and v ~= '' and (tonumber(v) == nil or tonumber(v) ~= math.floor(tonumber(v))) then
+    return redis.error_reply('ERR acct book: cap seed ARGV[' .. i .. '] is not an integer: ' .. v)
+  end
+end
+local cores, centi, gpus = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+
+-- Idempotency: the same proc is charged at most once.
+if redis.call('EXISTS', KEYS[7]) == 1 then
+  return {2, tonumber(redis.call('HGET', KEYS[7], 'seq')) or 0}
+end
+if redis.call('EXISTS', KEYS[10]) == 1 then
+  return {4}
+end
+-- Managed-flip gate: an unseeded show is a reason, never a silent zero.
+if mode == 'check' and redis.call('HEXISTS', KEYS[8], 'seeded') == 0 then
+  return {3}
+end
+
+-- Caps the caller read from Postgres fill fields the limit reseed has not
+-- written yet (a job created since the last reseed); never overwrite.
+local function seed(key, field, v)
+  if v ~= nil and v ~= '' then redis.call('HSETNX', key, field, v) end
+end
+seed(KEYS[3], 'int_max_cores', ARGV[7])
+seed(KEYS[3], 'int_max_gpus', ARGV[8])
+seed(KEYS[2], 'int_max_cores', ARGV[9])
+seed(KEYS[2], 'int_max_gpus', ARGV[10])
+
+if mode == 'check' then
+  if cores > 0 then
+    -- Subscription burst: no "> 0" guard. A burst of 0 is a frozen
+    -- subscription (Cuebot requires burst > 0 to book) and a missing
+    -- subscription cannot book, as in Cuebot. The seeding gate above makes
+    -- "missing because nobody seeded it" unreachable.
+    local s = redis.call('HMGET', KEYS[1], 'int_cores', 'burst')
+    local cur = tonumber(s[1]) or 0
+    if not s[2] then return {0, 'subscription', cur, 0, 'missing'} end
+    local burst = tonumber(s[2]) or 0
+    if cur + cores > burst then return {0, 'subscription', cur, burst} end
+    -- Folder and job: "> 0" guard, so -1 (and a missing cap) = unlimited.
+    local f = redis.call('HMGET', KEYS[2], 'int_cores', 'int_max_cores')
+    local fcur, fmax = tonumber(f[1]) or 0, tonumber(f[2]) or 0
+    if fmax > 0 and fcur + cores > fmax then return {0, 'folder', fcur, fmax} end
+    local j = redis.call('HMGET', KEYS[3], 'int_cores', 'int_max_cores')
+    local jcur, jmax = tonumber(j[1]) or 0, tonumber(j[2]) or 0
+    if jmax > 0 and jcur + cores > jmax then return {0, 'job', jcur, jmax} end
+  end
+  if gpus > 0 then
+    local f = redis.call('HMGET', KEYS[2], 'int_gpus', 'int_max_gpus')
+    local fcur, fmax = tonumber(f[1]) or 0, tonumber(f[2]) or 0
+    if fmax > 0 and fcur + gpus > fmax then return {0, 'folder_gpus', fcur, fmax} end
+    local j = redis.call('HMGET', KEYS[3], 'int_gpus', 'int_max_gpus')
+    local jcur, jmax = tonumber(j[1]) or 0, tonumber(j[2]) or 0
+    if jmax > 0 and jcur + gpus > jmax then return {0, 'job_gpus', jcur, jmax} end
+  end
+end
+
+for i = 1, 5 do
+  redis.call('HINCRBY', KEYS[i], 'int_cores', string.format('%d', cores))
+  redis.call('HINCRBY', KEYS[i], 'int_gpus', string.format('%d', gpus))
+end
+local seq = redis.call('INCR', KEYS[6])
+local t = redis.call('TIME')
+local ms = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+redis.call('HSET', KEYS[7],
+  'show', show, 'sub', KEYS[1], 'folder', KEYS[2], 'job', KEYS[3], 'layer', KEYS[4], 'point', KEYS[5],
+  'cores', string.format('%d', cores), 'centi', string.format('%d', centi), 'gpus', string.format('%d', gpus),
+  'seq', string.format('%d', seq), 'ts', ms, 'origin', mode)
+redis.call('SADD', KEYS[9], proc)
+-- A repair of this show is summing its records: count this one in.
+local gen = redis.call('HGET', KEYS[11], 'gen')
+if gen then
+  for i = 1, 5 do
+    redis.call('HINCRBY', KEYS[12], KEYS[i], string.format('%d', cores))
+    redis.call('HINCRBY', KEYS[13], KEYS[i], string.format('%d', gpus))
+  end
+  redis.call('HSET', KEYS[7], 'rg', gen)
+end
+return {1, seq}

@@ -1,0 +1,56 @@
+package publisher
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ClientConfig selects the accounting Redis: a single node by URL, or a
+// Sentinel-managed primary (MasterName + SentinelAddrs). One config, one
+// redis.UniversalClient either way.
+type ClientConfig struct {
+	// URL is redis://[user:pass@]host:port/db. With Sentinel it may still
+	// carry the DB number and credentials of the primary.
+	URL string
+	// MasterName and SentinelAddrs select Sentinel.
+	MasterName    string
+	SentinelAddrs []string
+	// PoolSize bounds connections (0 = go-redis default, 10 per CPU).
+	PoolSize int
+}
+
+// NewClient returns a universal client: a *redis.Client for a single node,
+// a failover client (always talking to the current primary) for Sentinel.
+// Redis Cluster is deliberately not supported (see package lua, Topology).
+func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
+	opts := &redis.UniversalOptions{PoolSize: cfg.PoolSize}
+	if cfg.URL != "" {
+		u, err := redis.ParseURL(cfg.URL)
+		if err != nil {
+			return nil, fmt.Errorf("redis url %q: %w", cfg.URL, err)
+		}
+		opts.Addrs = []string{u.Addr}
+		opts.DB, opts.Username, opts.Password, opts.TLSConfig = u.DB, u.Username, u.Password, u.TLSConfig
+		if cfg.PoolSize == 0 {
+			opts.PoolSize = u.PoolSize
+		}
+	}
+	if cfg.MasterName != "" {
+		if len(cfg.SentinelAddrs) == 0 {
+			return nil, errors.New("redis sentinel: master name given without sentinel addresses")
+		}
+		opts.MasterName = cfg.MasterName
+		opts.Addrs = cfg.SentinelAddrs
+	} else if len(cfg.SentinelAddrs) > 0 {
+		return nil, errors.New("redis sentinel: sentinel addresses given without a master name")
+	}
+	if len(opts.Addrs) == 0 {
+		return nil, errors.New("redis: no URL and no sentinel configured")
+	}
+	if len(opts.Addrs) > 1 && opts.MasterName == "" {
+		return nil, errors.New("redis: several addresses without a sentinel master name would mean Redis Cluster, which the accounting scripts do not support")
+	}
+	return redis.NewUniversalClient(opts), nil
+}

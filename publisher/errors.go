@@ -1,0 +1,72 @@
+package publisher
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrShowNotSeeded is matched (errors.Is) by a *NotSeededError.
+var ErrShowNotSeeded = errors.New("show not seeded")
+
+// ErrAlreadyReleased is returned by Book for a proc id whose release has
+// already been applied (a tombstone exists): booking it again would charge a
+// proc that is gone.
+var ErrAlreadyReleased = errors.New("proc already released")
+
+// ErrSnapshotTooOld is returned by Reconcile when the snapshot was taken
+// longer ago than the request's MaxAge; nothing was changed.
+var ErrSnapshotTooOld = errors.New("snapshot too old")
+
+// NotSeededError: the show's caps and booked counters are not in Redis yet
+// (just flipped to managed, or Redis was restarted and the bootstrap has not
+// finished). Nothing was charged. This is a reason to wait, not a rejection.
+type NotSeededError struct{ ShowID string }
+
+func (e *NotSeededError) Error() string {
+	return fmt.Sprintf("show %s not seeded: its caps and booked counters are not in Redis yet (managed flip or Redis restart in progress)", e.ShowID)
+}
+
+// Is makes errors.Is(err, ErrShowNotSeeded) true.
+func (e *NotSeededError) Is(target error) bool { return target == ErrShowNotSeeded }
+
+// Tables named by LimitError.Table (the script's table names).
+const (
+	TableSubscription = "subscription"
+	TableFolder       = "folder"
+	TableJob          = "job"
+	TableFolderGPUs   = "folder_gpus"
+	TableJobGPUs      = "job_gpus"
+)
+
+// LimitError: booking would exceed a cap; nothing was charged.
+type LimitError struct {
+	Table   string // subscription, folder, job, folder_gpus, job_gpus
+	ShowID  string
+	AllocID string
+	Folder  string
+	Job     string
+	Current int64 // booked before this booking (cores or GPUs)
+	Delta   int64 // what this booking asked for
+	Limit   int64 // the cap
+	// Missing: the show has no subscription on this allocation at all.
+	Missing bool
+}
+
+func (e *LimitError) Error() string {
+	switch e.Table {
+	case TableSubscription:
+		if e.Missing {
+			return fmt.Sprintf("no subscription: show %s has no subscription on alloc %s, so it cannot book there", e.ShowID, e.AllocID)
+		}
+		return fmt.Sprintf("subscription burst exceeded: show %s alloc %s: %d + %d > %d cores", e.ShowID, e.AllocID, e.Current, e.Delta, e.Limit)
+	case TableFolder:
+		return fmt.Sprintf("folder max cores exceeded: folder %s: %d + %d > %d cores", e.Folder, e.Current, e.Delta, e.Limit)
+	case TableJob:
+		return fmt.Sprintf("job max cores exceeded: job %s: %d + %d > %d cores", e.Job, e.Current, e.Delta, e.Limit)
+	case TableFolderGPUs:
+		return fmt.Sprintf("folder max GPUs exceeded: folder %s: %d + %d > %d GPUs", e.Folder, e.Current, e.Delta, e.Limit)
+	case TableJobGPUs:
+		return fmt.Sprintf("job max GPUs exceeded: job %s: %d + %d > %d GPUs", e.Job, e.Current, e.Delta, e.Limit)
+	}
+	return fmt.Sprintf("%s limit exceeded: %d + %d > %d", e.Table, e.Current, e.Delta, e.Limit)
+}

@@ -1,0 +1,88 @@
+package publisher_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/shared/testenv"
+)
+
+// TestSentinelFromOneConfig books through a Sentinel-managed primary with the
+// same publisher code a single node uses: only ClientConfig differs.
+func TestSentinelFromOneConfig(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bin, err := testenv.RedisBinary()
+	if err != nil {
+		t.Skip(err)
+	}
+	primary, err := testenv.StartRedis(ctx, testenv.RedisOptions{Databases: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(primary.Stop)
+
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf")
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor acct 127.0.0.1 %d 1\n", port, dir, primary.Port())
+	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, conf, "--sentinel")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	rdb, err := publisher.NewClient(publisher.ClientConfig{
+		URL:           "redis://127.0.0.1:1/2", // DB number (and credentials) for the primary; address ignored
+		MasterName:    "acct",
+		SentinelAddrs: []string{fmt.Sprintf("127.0.0.1:%d", port)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	pub, err := publisher.New(rdb, publisher.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err = pub.WriteLimits(ctx, publisher.Limits{Subs: []publisher.SubLimits{{ShowID: "S", AllocID: "A", Burst: 1000}}}, 0)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("sentinel never answered: %v", err)
+	}
+	if err := pub.MarkSeeded(ctx, "S", "e"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub.Book(ctx, booking("p1", 300)); err != nil {
+		t.Fatalf("Book through sentinel: %v", err)
+	}
+	// It landed on the primary, in DB 2.
+	direct, err := publisher.NewClient(publisher.ClientConfig{URL: primary.URL(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	if v := direct.HGet(ctx, publisher.SubKey("S", "A"), "int_cores").Val(); v != "3" {
+		t.Errorf("primary DB 2 sub int_cores = %q, want 3", v)
+	}
+}

@@ -1,0 +1,131 @@
+// Package accounting runs the scheduler side of cuesched's Redis accounting:
+// the booking gate every instance checks, and, on one elected instance, the
+// bootstrap, the managed-flip seed, the limit reseed, the booked-counter
+// recompute and its dual write to the Postgres accounting tables. It also
+// holds the audit behind "cuesched accounting audit".
+//
+// The reference design (../shared/spec/redis-accounting-reference.txt) is
+// kept: the same keys and fields, whole cores in Redis, the booking script
+// as the hot path, Postgres' proc table as the truth. Upstream retired it
+// for a bug class (limit-seeding fail-closed, mass rejection,
+// double-booking, CAS starvation) and for being single-instance. Each is
+// closed here by construction, not by a backstop.
+//
+// # Per-proc records instead of one global compare-and-swap
+//
+// Every booking writes a record (acct:proc:{proc}: the five keys charged,
+// the amounts, acct:seq and Redis time at booking) in the same script that
+// charges it; releases and rollbacks are driven by the record (see packages
+// lua and publisher). So for every counter, int_cores = the sum of the
+// records charging it, always. Reconciling Redis with Postgres is then a
+// per-proc question, answered atomically proc by proc, and needs no CAS:
+//
+//   - Mark: read acct:seq and TIME (seq0, t0) before the snapshot;
+//   - snapshot: one REPEATABLE READ read of the managed shows' non-local
+//     procs (alloc from the host, folder and dept from the job), caps and
+//     keys;
+//   - reconcile, per show, in batches of at most BatchSize procs: adopt a
+//     proc the snapshot has and Redis does not (booked by Cuebot before the
+//     flip, or a rollback whose INSERT did commit) unless a release
+//     tombstone says it was released after the snapshot; retarget a record
+//     whose keys or amounts differ from the snapshot (a job moved folder);
+//     drop a record whose proc the snapshot lacks only if it was booked
+//     before the snapshot began (seq < seq0) and more than InFlightGrace
+//     before it (ts < t0 - grace). A booking whose INSERT is not committed
+//     or not visible yet is therefore never erased; a leak (a dispatcher
+//     that died between the script and its INSERT, a release that never
+//     arrived) is dropped after the grace. Each batch refuses to run once
+//     its snapshot is older than half the tombstone TTL, so a tombstone it
+//     must see cannot have expired;
+//   - repair, per show, in bounded steps: rewrite every counter to the sum
+//     of its records over a zero baseline of the show's keys (subscriptions,
+//     folders, non-FINISHED jobs and their layers, points), so a counter
+//     whose procs all drained cannot stay wedged, whatever changed it
+//     outside the scripts (see package lua for the repair session that
+//     keeps this exact while bookings continue);
+//   - dual write: the snapshot's exact SUM(proc) in centicores to
+//     subscription, folder_resource, job_resource, layer_resource and point,
+//     for shows still managed at write time, changed rows only. Cuebot's
+//     verify_subscription / verify_job_resources triggers fire only when the
+//     cap column is unchanged, so the cap moves by one and back in the same
+//     transaction: a total above a cap lowered after the procs booked is a
+//     fact to record, not an error.
+//
+// A booking between the snapshot and the write (the reference trace t0..t6)
+// only adds a record the reconcile leaves alone; nothing retries, so nothing
+// starves: TestRecomputeNeverStarves runs the recompute back to back under
+// the highest booking rate the machine sustains and every cycle completes,
+// while an acct:seq CAS would have failed essentially every one of them.
+// No script runs long: reconcile batches and repair steps are bounded (a
+// show with 20,000 live procs recomputes in ~0.5 s of wall time with no
+// single script over ~6 ms on a 2-core VM; a one-shot repair took 170 ms).
+//
+// Fractional cores: a proc is charged ceil(centicores / 100) whole cores
+// (publisher.ChargeCores), its record keeps the exact centicores, and the
+// audit compares counters with that same per-proc sum. Postgres gets exact
+// centicores.
+//
+// # Caps
+//
+// The limit reseed (LimitReseedInterval, default 300 s) copies size, burst,
+// folder and job caps, priority and point minimums with plain HSETs of limit
+// fields only. It never touches int_cores or int_gpus, so it cannot clobber a
+// booking and needs no CAS. Caps convert with publisher.CapCores: -1 stays -1,
+// a positive cap rounds down but never to 0 (which would read as unlimited).
+// A job created after the last reseed has no caps in Redis; the dispatcher
+// passes the caps it read with the booking (publisher.Booking.Seed) and the
+// script fills missing cap fields before checking, so a new job is never
+// treated as uncapped.
+//
+// # Seeding gate, managed flips, Redis restarts
+//
+// A show is bookable only once its caps, records and counters are in Redis:
+// the last seed step writes the marker acct:show:{show}, and the booking
+// script answers "not seeded" (publisher.ErrShowNotSeeded) without it —
+// never a rejection against a cap that reads 0, so there is no fail-closed
+// handoff and no mass rejection. The leader checks the managed set every
+// ManagedPollInterval (2 s): a newly managed show is seeded once it has been
+// managed for FlipSettle (10 s), so Cuebot bookings in flight at the flip
+// have committed and are adopted by the seed instead of over-booked against
+// (TestManagedFlipMidLoad); each seeded show is reconciled once more
+// FlipSettle after its seed. A show flipped back to Cuebot loses its marker.
+// The gauge scheduler_accounting_unseeded_shows counts managed shows that are
+// not bookable yet.
+//
+// The bootstrap seeds every managed show and then writes acct:epoch. Redis
+// runs without persistence, so a restart (or FLUSHALL) empties it: every
+// instance polls acct:epoch (EpochPollInterval) and closes its gate (Ready,
+// WaitReady, ReadyErr for /readyz) while it is missing; the scripts refuse
+// every show (their markers went with the flush); the leader re-bootstraps;
+// booking resumes (TestFlushAllMidLoad). Bookings in flight across the
+// flush are adopted by the bootstrap or by the follow-up reconcile.
+//
+// # Leader election
+//
+// Every instance books (the scripts are atomic, so N bookers are safe); only
+// the loops run on one instance. The leader holds a PostgreSQL session
+// advisory lock (pg_try_advisory_lock, LockKey) on a dedicated connection,
+// not a pooled one. That gives the lock the right lifetime: it belongs to a
+// session, Postgres releases it the moment the session dies (crash,
+// network partition seen by the server, pg_terminate_backend), and no TTL
+// has to be tuned against GC pauses as with a Redis lease. Fencing comes
+// from the same connection: before every write batch the loops run a check
+// on it that the session is alive and still holds the lock (pg_locks for
+// pg_backend_pid()); a watchdog runs the same check every LeaderPollInterval
+// and cancels the loops when it fails, and a new term starts only after the
+// old term's loops have returned. Followers try the lock every
+// LeaderPollInterval (1 s), so failover takes about a second
+// (TestTwoInstancesOneLeader, TestLeaderStopsWhenItsSessionDies). A batch
+// already sent when the session dies can still land; that is safe because
+// every reconcile, repair and seed step validates against current Redis
+// state atomically (two overlapping leaders waste work, they cannot corrupt
+// counters) — the lock is for efficiency and single-writer Postgres updates,
+// and the fence keeps the overlap to at most one batch.
+//
+// # Topology
+//
+// The client is a redis.UniversalClient (publisher.NewClient): one config
+// for a single node or Sentinel. Redis Cluster would need per-show hash tags
+// on every key because the scripts touch several keys derived from ids; it
+// is not supported (see package lua).
+package accounting

@@ -1,0 +1,464 @@
+// Package dispatch books a batch of one layer's frames on one host and
+// launches them on RQD.
+//
+// # Order of operations
+//
+//  1. Plan: size each frame with Cuebot's reservation rules (package
+//     reserve) against a local copy of the host's idle values, stopping at
+//     the first frame that does not fit. Every planned frame gets a fresh
+//     proc UUID.
+//  2. Book in Redis first (publisher.Book), all planned frames at once
+//     (concurrent script calls; each is atomic, so caps hold whatever the
+//     interleaving). The per-proc record the booking script writes is what
+//     makes every later undo exact and idempotent.
+//  3. One Postgres transaction for the whole batch, in three round trips
+//     (BEGIN + limit locks + claim pipelined; the host update; COMMIT).
+//     (a) If the layer is attached to limit_records, lock them (SELECT ...
+//     FOR UPDATE, in key order) so two dispatchers cannot both use the last
+//     slot of a limit. (b) One statement (ClaimSQL) computes the limits' headroom from
+//     layer_stat running counts (a fresh snapshot taken after the locks),
+//     claims the frames by primary key with FOR UPDATE SKIP LOCKED (a frame
+//     another dispatcher is claiming is skipped, never waited for, so two
+//     instances cannot deadlock on frame rows), moves them WAITING ->
+//     RUNNING guarded by state WAITING, the int_version read with the
+//     frame, no future ts_start_after and the show still being
+//     scheduler-managed, and inserts their procs. (c) One statement
+//     (HostSQL) takes the started frames' resources off the host, guarded by idle >= need for all four columns; if the
+//     guard fails the cache was stale and everything is rolled back.
+//     Frames, then layer_stat/job_stat (the frame triggers), then host: the
+//     same lock order as Cuebot's completion path, so the two do not
+//     deadlock. The accounting tables are not touched: for a managed show
+//     they belong to the recompute loop.
+//  4. Redis bookings of frames that did not make it (claimed elsewhere,
+//     trimmed by a limit, or all of them if the transaction failed) are
+//     rolled back from their records.
+//  5. LaunchFrame for each winner (skipped in dry-run mode). A failed
+//     launch is compensated exactly once: one statement puts the frame back
+//     to WAITING (exit status 299, version bumped) only while our proc still
+//     exists, and one deletes our proc and gives its resources back to the
+//     host in the same statement, so a proc already released by Cuebot's
+//     completion path is never given back twice. Then the Redis booking is
+//     released (idempotent against the sidecar, which sees the same proc
+//     DELETE) and a best-effort KillRunningFrame covers a launch that
+//     actually started.
+//
+// # Limits
+//
+// A layer attached to several limit_records books only while every one of
+// them has room (the minimum headroom). Cuebot accepts a frame when any one
+// of its limits has room, which lets a layer on two limits overrun one of
+// them; the stricter rule never exceeds a limit. With one limit per layer,
+// the normal case, the two agree. The locked headroom also caps how many
+// frames one batch starts, which a per-frame check inside one statement
+// could not do (all frames would see the counts from before the statement).
+//
+// Work after the commit (launch, compensation, rollbacks) runs on a context
+// detached from the caller's, so a shutdown never leaves a committed but
+// unlaunched frame behind. A COMMIT that fails ambiguously (connection lost)
+// is resolved by looking for the procs on a fresh connection.
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cuesched/cuesched/proto/rqdpb"
+	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/scheduler/jobs"
+	"github.com/cuesched/cuesched/scheduler/reserve"
+	"github.com/cuesched/cuesched/scheduler/runframe"
+)
+
+// Host is a checked-out host: identity plus the capacity used to size
+// frames (centicores, KB).
+type Host struct {
+	ID, Name string
+	AllocID  string
+	OS       string
+	reserve.Host
+}
+
+// Accounting is the Redis booking API (publisher.Publisher).
+type Accounting interface {
+	Book(ctx context.Context, b publisher.Booking) (publisher.Result, error)
+	Rollback(ctx context.Context, procID string) (publisher.RollbackResult, error)
+	Release(ctx context.Context, procIDs ...string) (publisher.ReleaseResult, error)
+}
+
+// Launcher reaches RQD (rqdclient.Pool).
+type Launcher interface {
+	LaunchFrame(ctx context.Context, host string, rf *rqdpb.RunFrame) error
+	KillRunningFrame(ctx context.Context, host, frameID, reason string) error
+}
+
+// Config holds the dispatch knobs.
+type Config struct {
+	// CoreUnit is one core in centicores (100).
+	CoreUnit int64
+	// MemReservedMinKB is written to proc.int_mem_used.
+	MemReservedMinKB int64
+	// StrandedMemKB is queue.memory_stranded_threshold in KB.
+	StrandedMemKB int64
+	// SelfishServices take every idle core.
+	SelfishServices []string
+	// SoftLimit and HardLimit scale the reserved memory into the RunFrame
+	// memory limits (1.6, 2.0).
+	SoftLimit, HardLimit float64
+	// DryRun books in Postgres and Redis but does not call RQD.
+	DryRun bool
+	// PostCommitTimeout bounds launch and compensation after the commit
+	// (default 60 s).
+	PostCommitTimeout time.Duration
+	// Schema adapts the booking statement to the database (nil: a database
+	// at Cuebot V47 or later).
+	Schema *jobs.Schema
+	// BookTimeout bounds the time from the first booking script call to the
+	// end of the transaction (default 30 s); past it the transaction is
+	// abandoned and the bookings rolled back. The accounting recompute
+	// relies on this bound (it must stay below its in-flight grace).
+	BookTimeout time.Duration
+}
+
+// Options are the dependencies of a Dispatcher.
+type Options struct {
+	Logger     hclog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Dispatcher books and launches. It is safe for concurrent use.
+type Dispatcher struct {
+	pool   *pgxpool.Pool
+	acct   Accounting
+	rqd    Launcher
+	cfg    Config
+	policy reserve.Policy
+	limits runframe.Limits
+	log    hclog.Logger
+	m      *metrics
+	claim  string // ClaimSQL adapted to the schema
+}
+
+// New returns a Dispatcher. rqd may be nil in dry-run mode.
+func New(pool *pgxpool.Pool, acct Accounting, rqd Launcher, cfg Config, o Options) *Dispatcher {
+	if cfg.CoreUnit <= 0 {
+		cfg.CoreUnit = 100
+	}
+	if cfg.PostCommitTimeout <= 0 {
+		cfg.PostCommitTimeout = time.Minute
+	}
+	if cfg.BookTimeout <= 0 {
+		cfg.BookTimeout = 30 * time.Second
+	}
+	if cfg.SoftLimit == 0 {
+		cfg.SoftLimit = 1.6
+	}
+	if cfg.HardLimit == 0 {
+		cfg.HardLimit = 2.0
+	}
+	log := o.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	d := &Dispatcher{
+		pool: pool, acct: acct, rqd: rqd, cfg: cfg,
+		policy: reserve.Policy{CoreUnit: cfg.CoreUnit, StrandedMemKB: cfg.StrandedMemKB},
+		limits: runframe.Limits{Soft: cfg.SoftLimit, Hard: cfg.HardLimit, CoreUnit: cfg.CoreUnit},
+		log:    log.Named("dispatch"),
+		m:      newMetrics(o.Registerer),
+		claim:  ClaimSQL,
+	}
+	if cfg.Schema != nil {
+		d.claim = cfg.Schema.Adapt(ClaimSQL)
+	}
+	return d
+}
+
+// Stop says why a batch ended before every frame it was given ran.
+type Stop int
+
+const (
+	// Done: every frame was dispatched or found claimed elsewhere.
+	Done Stop = iota
+	// HostFull: the next frame does not fit on this host.
+	HostFull
+	// JobAtCap: the job's remaining core budget is used up.
+	JobAtCap
+	// Capped: a Redis cap refused the booking (Result.Limit says which).
+	Capped
+	// NotSeeded: the show's accounting is not seeded yet (managed flip or
+	// Redis re-bootstrap in progress).
+	NotSeeded
+	// LimitReached: a limit_record of the layer has no room.
+	LimitReached
+	// HostStale: Postgres has less idle on the host than the cache said.
+	HostStale
+	// Failed: a database, Redis or protocol error; Result.Err has it.
+	Failed
+)
+
+var stopNames = [...]string{"done", "host_full", "job_at_cap", "capped", "not_seeded", "limit_reached", "host_stale", "failed"}
+
+func (s Stop) String() string {
+	if int(s) < len(stopNames) {
+		return stopNames[s]
+	}
+	return fmt.Sprintf("Stop(%d)", int(s))
+}
+
+// Result reports one batch.
+type Result struct {
+	// Host carries the idle values after the batch: the ones Postgres
+	// returned when the transaction committed (and compensations), else
+	// the host as given.
+	Host Host
+	// Dispatched are the frames now running (booked, in dry-run mode).
+	Dispatched []string
+	// Claimed are frames another dispatcher took (or that stopped being
+	// WAITING): drop them for this pass.
+	Claimed []string
+	// LaunchFailed are frames whose launch failed and were put back to
+	// WAITING.
+	LaunchFailed []string
+	// CoresBooked is the centicores of Dispatched.
+	CoresBooked int64
+	Stop        Stop
+	// Limit is the cap that refused a booking when Stop is Capped.
+	Limit *publisher.LimitError
+	// Err is the error behind Stop == Failed.
+	Err error
+}
+
+type planned struct {
+	frame jobs.Frame
+	res   reserve.Reservation
+	proc  string
+}
+
+func (d *Dispatcher) selfish(l *jobs.Layer) bool {
+	for _, s := range l.Services {
+		if slices.Contains(d.cfg.SelfishServices, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// Dispatch books frames (in order) of layer l on host h and launches them.
+func (d *Dispatcher) Dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, h Host) Result {
+	start := time.Now()
+	res := d.dispatch(ctx, l, frames, h)
+	d.m.batches.WithLabelValues(res.Stop.String()).Inc()
+	d.m.batchDuration.Observe(time.Since(start).Seconds())
+	return res
+}
+
+func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, h Host) Result {
+	out := Result{Host: h, Stop: Done}
+
+	// 1. Plan.
+	local := h.Host
+	budget := int64(-1)
+	if l.JobMaxCores > 0 {
+		budget = max(l.JobMaxCores-l.JobCoresLive, 0)
+	}
+	req := reserve.Request{
+		CoresMin: l.CoresMin, CoresMax: l.CoresMax, MemKB: l.MemMinKB, GPUs: l.GPUsMin, GPUMemKB: l.GPUMemMinKB,
+		Threadable: l.Threadable, Selfish: d.selfish(l),
+	}
+	var plan []planned
+	for _, f := range frames {
+		b := budget
+		if b >= 0 {
+			b = max(budget-sumCores(plan), 0)
+		}
+		r, why := d.policy.Reserve(local, req, b)
+		if why != reserve.Fits {
+			if why == reserve.JobAtCap {
+				out.Stop = JobAtCap
+			} else {
+				out.Stop = HostFull
+			}
+			break
+		}
+		local.Take(r)
+		plan = append(plan, planned{frame: f, res: r, proc: uuid.NewString()})
+	}
+	if len(plan) == 0 {
+		return out
+	}
+
+	// 2. Book in Redis. The bookings go out concurrently (each is one
+	// atomic script, so caps hold whatever the interleaving); the frames
+	// kept are the ones whose booking succeeded, in dispatch order, and the
+	// first refusal in dispatch order says why the batch stops.
+	bctx, cancelBook := context.WithTimeout(ctx, d.cfg.BookTimeout)
+	defer cancelBook()
+	errs := make([]error, len(plan))
+	var wg sync.WaitGroup
+	for i, p := range plan {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = d.acct.Book(bctx, d.booking(l, h, p))
+		}()
+	}
+	wg.Wait()
+	var booked []planned
+	refused := false
+	for i, p := range plan {
+		err := errs[i]
+		if err == nil {
+			booked = append(booked, p)
+			continue
+		}
+		var le *publisher.LimitError
+		isLimit := errors.As(err, &le)
+		notSeeded := errors.Is(err, publisher.ErrShowNotSeeded)
+		if !isLimit && !notSeeded {
+			// Outcome unknown: undo whatever may have been charged.
+			d.rollback(p.proc)
+		}
+		if refused {
+			continue
+		}
+		refused = true
+		switch {
+		case isLimit:
+			out.Stop, out.Limit = Capped, le
+		case notSeeded:
+			out.Stop = NotSeeded
+		default:
+			out.Stop, out.Err = Failed, err
+		}
+	}
+	if out.Stop == Failed || out.Stop == NotSeeded {
+		// Do not start part of a batch whose bookings failed for reasons
+		// that are not about caps.
+		for _, p := range booked {
+			d.rollback(p.proc)
+		}
+		booked = nil
+	}
+	if len(booked) == 0 {
+		return out
+	}
+
+	// 3. The Postgres transaction.
+	txStart := time.Now()
+	won, room, hostAfter, stale, err := d.commit(bctx, l, h, booked)
+	d.m.txDuration.Observe(time.Since(txStart).Seconds())
+
+	// 4. Roll back what did not make it.
+	winners := map[string]int32{}
+	for i, id := range won.frames {
+		winners[id] = won.versions[i]
+	}
+	var launched []planned
+	for i, p := range booked {
+		if _, ok := winners[p.frame.ID]; ok && err == nil && !stale {
+			launched = append(launched, p)
+			continue
+		}
+		d.rollback(p.proc)
+		switch {
+		case err != nil || stale:
+		case room >= 0 && i >= room:
+			if out.Stop == Done || out.Stop == HostFull {
+				out.Stop = LimitReached
+			}
+		default:
+			out.Claimed = append(out.Claimed, p.frame.ID)
+		}
+	}
+	switch {
+	case err != nil:
+		out.Stop, out.Err = Failed, err
+		return out
+	case stale:
+		out.Stop = HostStale
+		return out
+	}
+	if len(launched) == 0 {
+		return out
+	}
+	out.Host = hostAfter
+
+	// 5. Launch (or not, in dry run), compensating failures.
+	post, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.PostCommitTimeout)
+	defer cancel()
+	failed := d.launch(post, l, h, launched)
+	now := time.Now()
+	for i, p := range launched {
+		if failed[i] != nil {
+			if after, ok := d.compensate(post, h, p, winners[p.frame.ID], failed[i]); ok {
+				out.Host = after
+			}
+			out.LaunchFailed = append(out.LaunchFailed, p.frame.ID)
+			continue
+		}
+		out.Dispatched = append(out.Dispatched, p.frame.ID)
+		out.CoresBooked += p.res.Cores
+		d.m.frames.WithLabelValues(l.ShowName).Inc()
+		d.m.timeToBook.Observe(now.Sub(p.frame.Eligible).Seconds())
+	}
+	return out
+}
+
+func sumCores(ps []planned) int64 {
+	var n int64
+	for _, p := range ps {
+		n += p.res.Cores
+	}
+	return n
+}
+
+func (d *Dispatcher) booking(l *jobs.Layer, h Host, p planned) publisher.Booking {
+	return publisher.Booking{
+		ProcID: p.proc, ShowID: l.ShowID, AllocID: h.AllocID, FolderID: l.FolderID, JobID: l.JobID,
+		LayerID: l.ID, DeptID: l.DeptID, Centicores: p.res.Cores, GPUs: p.res.GPUs,
+		Seed: &publisher.SeedCaps{JobMaxCores: l.JobMaxCores, JobMaxGPUs: l.JobMaxGPUs,
+			FolderMaxCores: l.FolderMaxCores, FolderMaxGPUs: l.FolderMaxGPUs},
+	}
+}
+
+// rollback undoes a Redis booking whose proc did not commit.
+func (d *Dispatcher) rollback(proc string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := d.acct.Rollback(ctx, proc); err != nil {
+		d.m.accountingErrors.WithLabelValues("rollback").Inc()
+		d.log.Warn("accounting rollback failed; the recompute will heal it", "proc", proc, "error", err)
+	}
+}
+
+// launch calls RQD for every frame, concurrently; failed[i] is frame i's
+// error.
+func (d *Dispatcher) launch(ctx context.Context, l *jobs.Layer, h Host, ps []planned) []error {
+	failed := make([]error, len(ps))
+	if d.cfg.DryRun || d.rqd == nil {
+		return failed
+	}
+	now := time.Now()
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		rf := d.limits.Build(runframe.Params{ProcID: p.proc, Layer: l, Frame: p.frame, Res: p.res, HostOS: h.OS, Now: now})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			failed[i] = d.rqd.LaunchFrame(ctx, h.Name, rf)
+			d.m.launchDuration.Observe(time.Since(start).Seconds())
+		}()
+	}
+	wg.Wait()
+	return failed
+}

@@ -1,0 +1,497 @@
+package dispatch_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cuesched/cuesched/migrations/migrationstest"
+	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/scheduler/dispatch"
+	"github.com/cuesched/cuesched/scheduler/farmtest"
+	"github.com/cuesched/cuesched/scheduler/jobs"
+	"github.com/cuesched/cuesched/scheduler/reserve"
+	"github.com/cuesched/cuesched/scheduler/rqdclient"
+	"github.com/cuesched/cuesched/scheduler/testdouble/fakerqd"
+	"github.com/cuesched/cuesched/shared/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+type harness struct {
+	t        *testing.T
+	pool     *pgxpool.Pool
+	seed     *farmtest.Seeder
+	rdb      redis.UniversalClient
+	pub      *publisher.Publisher
+	fake     *fakerqd.Server
+	d        *dispatch.Dispatcher
+	facility string
+	alloc    string
+	show     farmtest.Show
+	nhost    int
+}
+
+func newHarness(t *testing.T, mod func(*dispatch.Config)) *harness {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	rdb, err := publisher.NewClient(publisher.ClientConfig{URL: testenv.NewRedisDB(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	pub, err := publisher.New(rdb, publisher.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake, err := fakerqd.Start(fakerqd.Config{Default: fakerqd.Behavior{RunTime: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fake.Stop)
+	rqd := rqdclient.New(rqdclient.Options{Resolve: fake.Resolve, RequestTimeout: 5 * time.Second})
+	t.Cleanup(func() { rqd.Close() })
+	cfg := dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144, StrandedMemKB: 2 * farmtest.GB, SoftLimit: 1.6, HardLimit: 2}
+	if mod != nil {
+		mod(&cfg)
+	}
+	h := &harness{t: t, pool: pool, seed: &farmtest.Seeder{DB: pool}, rdb: rdb, pub: pub, fake: fake,
+		d: dispatch.New(pool, pub, rqd, cfg, dispatch.Options{Registerer: prometheus.NewRegistry()})}
+	h.facility = h.must(h.seed.Facility(ctx, "f1"))
+	h.show = must2(h.seed.Show(ctx, "show", true))(t)
+	h.alloc = h.must(h.seed.Alloc(ctx, h.facility, "f1.general", "general"))
+	h.must(h.seed.Subscribe(ctx, h.show, h.alloc, 1000, 1000))
+	return h
+}
+
+func (h *harness) must(s string, err error) string {
+	h.t.Helper()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return s
+}
+
+func must2[T any](v T, err error) func(*testing.T) T {
+	return func(t *testing.T) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+func (h *harness) exec(sql string, args ...any) {
+	h.t.Helper()
+	if _, err := h.pool.Exec(context.Background(), sql, args...); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// host inserts a host and returns it as the host cache would hand it out.
+func (h *harness) host(spec farmtest.HostSpec) dispatch.Host {
+	h.t.Helper()
+	h.nhost++
+	if spec.Name == "" {
+		spec.Name = "host" + strconv.Itoa(h.nhost)
+	}
+	spec.Alloc, spec.AllocTag = h.alloc, "general"
+	id := h.must(h.seed.Host(context.Background(), spec))
+	return h.load(id)
+}
+
+func (h *harness) load(id string) dispatch.Host {
+	h.t.Helper()
+	var d dispatch.Host
+	var mode int64
+	err := h.pool.QueryRow(context.Background(), `SELECT h.pk_host, h.str_name, h.pk_alloc, hs.str_os, h.int_cores, h.int_cores_idle,
+		hs.int_mem_total, LEAST(h.int_mem_idle, hs.int_mem_free), h.int_gpus_idle, h.int_gpu_mem_idle, h.int_thread_mode
+		FROM host h JOIN host_stat hs ON hs.pk_host = h.pk_host WHERE h.pk_host = $1`, id).Scan(
+		&d.ID, &d.Name, &d.AllocID, &d.OS, &d.TotalCores, &d.IdleCores, &d.TotalMemKB, &d.IdleMemKB, &d.IdleGPUs, &d.IdleGPUMem, &mode)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	d.ThreadMode = int(mode)
+	return d
+}
+
+func (h *harness) job(js farmtest.JobSpec) farmtest.Job {
+	h.t.Helper()
+	js.Show, js.Facility = h.show, h.facility
+	if js.Name == "" {
+		js.Name = fmt.Sprintf("job%d", time.Now().UnixNano())
+	}
+	for i := range js.Layers {
+		if js.Layers[i].Tags == nil {
+			js.Layers[i].Tags = []string{"general"}
+		}
+	}
+	j := must2(h.seed.Job(context.Background(), js))(h.t)
+	if err := farmtest.SeedAccounting(context.Background(), h.pool, h.pub, h.show.ID); err != nil {
+		h.t.Fatal(err)
+	}
+	return j
+}
+
+func (h *harness) layers(j farmtest.Job) []*jobs.Layer {
+	h.t.Helper()
+	ls, err := jobs.Layers(context.Background(), h.pool, jobs.LayerQuery{JobID: j.ID, Tags: []string{"general"}, FramesPerLayer: 50})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return ls
+}
+
+func (h *harness) redisInt(key, field string) int64 {
+	h.t.Helper()
+	v, err := h.rdb.HGet(context.Background(), key, field).Int64()
+	if err == redis.Nil {
+		return 0
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return v
+}
+
+func (h *harness) count(sql string, args ...any) int64 {
+	h.t.Helper()
+	var n int64
+	if err := h.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		h.t.Fatal(err)
+	}
+	return n
+}
+
+// checkBooked asserts Postgres and Redis agree the show holds want cores
+// (whole cores) of procs on the harness allocation.
+func (h *harness) checkBooked(want int64) {
+	h.t.Helper()
+	pg := h.count(`SELECT COALESCE(SUM(int_cores_reserved), 0) FROM proc WHERE pk_show = $1`, h.show.ID)
+	if pg != want*100 {
+		h.t.Fatalf("SUM(proc) = %d centicores, want %d", pg, want*100)
+	}
+	if got := h.redisInt(publisher.SubKey(h.show.ID, h.alloc), "int_cores"); got != want {
+		h.t.Fatalf("Redis subscription int_cores = %d, want %d", got, want)
+	}
+}
+
+func TestDispatchBooksAndLaunches(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	host := h.host(farmtest.HostSpec{Cores: 8, MemKB: 32 * farmtest.GB, OS: "rocky9"})
+	uid := 4242
+	j := h.job(farmtest.JobSpec{UID: uid, Layers: []farmtest.LayerSpec{{Name: "render", Frames: 4, NotThreadable: true, MemKB: 2 * farmtest.GB,
+		Command: "render -f #IFRAME# -l #LAYER#", Env: map[string]string{"FOO": "bar"}}}})
+	l := h.layers(j)[0]
+
+	res := h.d.Dispatch(context.Background(), l, l.Frames, host)
+	if res.Err != nil || res.Stop != dispatch.Done || len(res.Dispatched) != 4 || res.CoresBooked != 400 {
+		t.Fatalf("result = %+v", res)
+	}
+	if res.Host.IdleCores != 400 || res.Host.IdleMemKB != 24*farmtest.GB {
+		t.Fatalf("host after = %+v", res.Host.Host)
+	}
+	// Postgres: frames RUNNING on the host, version bumped, procs, host.
+	if n := h.count(`SELECT count(*) FROM frame WHERE pk_layer = $1 AND str_state = 'RUNNING' AND str_host = $2
+		AND int_version = 1 AND int_cores = 100 AND int_mem_reserved = $3 AND int_retries = 0`, l.ID, host.Name, 2*farmtest.GB); n != 4 {
+		t.Fatalf("%d frames running as booked, want 4", n)
+	}
+	if n := h.count(`SELECT count(*) FROM proc WHERE pk_layer = $1 AND pk_host = $2 AND pk_job = $3 AND pk_show = $4
+		AND int_cores_reserved = 100 AND int_mem_reserved = $5 AND int_mem_pre_reserved = $5 AND int_mem_used = 262144 AND NOT b_local`,
+		l.ID, host.ID, j.ID, h.show.ID, 2*farmtest.GB); n != 4 {
+		t.Fatalf("%d procs as booked, want 4", n)
+	}
+	if n := h.count(`SELECT int_cores_idle FROM host WHERE pk_host = $1`, host.ID); n != 400 {
+		t.Fatalf("host idle cores = %d", n)
+	}
+	if n := h.count(`SELECT int_running_count FROM job_stat WHERE pk_job = $1`, j.ID); n != 4 {
+		t.Fatalf("job_stat running = %d", n)
+	}
+	// Accounting tables are not touched for a managed show.
+	if n := h.count(`SELECT int_cores FROM subscription WHERE pk_show = $1`, h.show.ID); n != 0 {
+		t.Fatalf("subscription.int_cores = %d, the dispatcher must leave it to the recompute", n)
+	}
+	h.checkBooked(4)
+	if got := h.redisInt(publisher.JobKey(j.ID), "int_cores"); got != 4 {
+		t.Fatalf("Redis job int_cores = %d", got)
+	}
+
+	// RQD got exactly these frames, with the right request.
+	ls := h.fake.Launches()
+	if len(ls) != 4 {
+		t.Fatalf("%d launches", len(ls))
+	}
+	procs := map[string]bool{}
+	rows, _ := h.pool.Query(context.Background(), `SELECT pk_proc FROM proc WHERE pk_layer = $1`, l.ID)
+	for rows.Next() {
+		var p string
+		_ = rows.Scan(&p)
+		procs[p] = true
+	}
+	rows.Close()
+	for _, launch := range ls {
+		rf := launch.RunFrame
+		if launch.Host != host.Name || !launch.Started || !procs[rf.ResourceId] {
+			t.Fatalf("launch %+v", launch)
+		}
+		if rf.NumCores != 100 || rf.GetUid() != int32(uid) || rf.Os != "rocky9" || rf.SoftMemoryLimit != 2*farmtest.GB*16/10 ||
+			rf.HardMemoryLimit != 4*farmtest.GB || rf.Environment["FOO"] != "bar" || rf.Environment["CUE_THREADABLE"] != "0" {
+			t.Fatalf("run frame %v", rf)
+		}
+		want := "render -f " + rf.Environment["CUE_IFRAME"] + " -l render"
+		if rf.Command != want {
+			t.Fatalf("command %q, want %q", rf.Command, want)
+		}
+	}
+}
+
+func TestDispatchStopsWhenHostIsFull(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	host := h.host(farmtest.HostSpec{Cores: 16, MemKB: 32 * farmtest.GB})
+	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 6, NotThreadable: true, MemKB: 10 * farmtest.GB}}})
+	l := h.layers(j)[0]
+	res := h.d.Dispatch(context.Background(), l, l.Frames, host)
+	if res.Stop != dispatch.HostFull || len(res.Dispatched) != 3 {
+		t.Fatalf("result = %+v", res)
+	}
+	h.checkBooked(3)
+	// The cache's copy says 2 GB idle now; the same host cannot take more.
+	res2 := h.d.Dispatch(context.Background(), l, l.Frames[3:], res.Host)
+	if res2.Stop != dispatch.HostFull || len(res2.Dispatched) != 0 {
+		t.Fatalf("second batch = %+v", res2)
+	}
+}
+
+func TestDispatchRedisCapStops(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	host := h.host(farmtest.HostSpec{Cores: 32})
+	folder := h.must(h.seed.Folder(context.Background(), h.show, "capped", 3, -1))
+	j := h.job(farmtest.JobSpec{Folder: folder, Layers: []farmtest.LayerSpec{{Frames: 6, NotThreadable: true}}})
+	l := h.layers(j)[0]
+	res := h.d.Dispatch(context.Background(), l, l.Frames, host)
+	if res.Stop != dispatch.Capped || res.Limit == nil || res.Limit.Table != publisher.TableFolder || len(res.Dispatched) != 3 {
+		t.Fatalf("result = %+v", res)
+	}
+	h.checkBooked(3)
+	if got := h.redisInt(publisher.FolderKey(folder), "int_cores"); got != 3 {
+		t.Fatalf("Redis folder int_cores = %d", got)
+	}
+	if n := h.count(`SELECT count(*) FROM frame WHERE pk_layer = $1 AND str_state = 'WAITING'`, l.ID); n != 3 {
+		t.Fatalf("%d frames still waiting, want 3", n)
+	}
+}
+
+func TestDispatchJobBudgetClampsThreadable(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	host := h.host(farmtest.HostSpec{Cores: 16, ThreadMode: reserve.All})
+	j := h.job(farmtest.JobSpec{MaxCores: 5, Layers: []farmtest.LayerSpec{{Frames: 3}}})
+	l := h.layers(j)[0]
+	res := h.d.Dispatch(context.Background(), l, l.Frames, host)
+	// Thread mode ALL would take all 16 cores; the job has 5.
+	if res.Stop != dispatch.JobAtCap || len(res.Dispatched) != 1 || res.CoresBooked != 500 {
+		t.Fatalf("result = %+v", res)
+	}
+	h.checkBooked(5)
+}
+
+func TestDispatchLimitRecord(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	host := h.host(farmtest.HostSpec{Cores: 32})
+	lim := h.must(h.seed.Limit(context.Background(), "licence", 3))
+	a := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 5, NotThreadable: true, Limits: []string{lim}}}})
+	b := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 5, NotThreadable: true, Limits: []string{lim}}}})
+	la, lb := h.layers(a)[0], h.layers(b)[0]
+	res := h.d.Dispatch(context.Background(), la, la.Frames, host)
+	if res.Stop != dispatch.LimitReached || len(res.Dispatched) != 3 {
+		t.Fatalf("result = %+v", res)
+	}
+	res = h.d.Dispatch(context.Background(), lb, lb.Frames, res.Host)
+	if res.Stop != dispatch.LimitReached || len(res.Dispatched) != 0 {
+		t.Fatalf("second layer on the same limit = %+v", res)
+	}
+	h.checkBooked(3)
+	// A frame finishing frees a slot.
+	h.exec(`UPDATE frame SET str_state = 'SUCCEEDED' WHERE pk_frame = (SELECT pk_frame FROM proc WHERE pk_layer = $1 LIMIT 1)`, la.ID)
+	res = h.d.Dispatch(context.Background(), lb, lb.Frames, h.load(host.ID))
+	if len(res.Dispatched) != 1 {
+		t.Fatalf("after a frame finished = %+v", res)
+	}
+}
+
+func TestDispatchLostRacesAndGuards(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	host := h.host(farmtest.HostSpec{Cores: 32})
+	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 4, NotThreadable: true}}})
+	l := h.layers(j)[0]
+	// Frame 0 was re-versioned (retried elsewhere), frame 1 is running.
+	h.exec(`UPDATE frame SET int_version = 7 WHERE pk_frame = $1`, l.Frames[0].ID)
+	h.exec(`UPDATE frame SET str_state = 'DEAD' WHERE pk_frame = $1`, l.Frames[1].ID)
+	res := h.d.Dispatch(context.Background(), l, l.Frames, host)
+	sort.Strings(res.Claimed)
+	want := []string{l.Frames[0].ID, l.Frames[1].ID}
+	sort.Strings(want)
+	if len(res.Dispatched) != 2 || fmt.Sprint(res.Claimed) != fmt.Sprint(want) {
+		t.Fatalf("result = %+v", res)
+	}
+	h.checkBooked(2)
+
+	// A show that stopped being managed is never booked.
+	j2 := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 2, NotThreadable: true}}})
+	l2 := h.layers(j2)[0]
+	h.exec(`UPDATE show SET b_scheduler_managed = false WHERE pk_show = $1`, h.show.ID)
+	res = h.d.Dispatch(context.Background(), l2, l2.Frames, res.Host)
+	if len(res.Dispatched) != 0 || len(res.Claimed) != 2 {
+		t.Fatalf("unmanaged show = %+v", res)
+	}
+	h.checkBooked(2)
+	h.exec(`UPDATE show SET b_scheduler_managed = true WHERE pk_show = $1`, h.show.ID)
+
+	// A layer deferred after it was read is not started.
+	h.exec(`UPDATE layer SET ts_start_after = now() + interval '1 hour' WHERE pk_layer = $1`, l2.ID)
+	res = h.d.Dispatch(context.Background(), l2, l2.Frames, h.load(host.ID))
+	if len(res.Dispatched) != 0 {
+		t.Fatalf("deferred layer = %+v", res)
+	}
+	h.checkBooked(2)
+}
+
+func TestDispatchHostStale(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	host := h.host(farmtest.HostSpec{Cores: 8})
+	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 4, NotThreadable: true}}})
+	l := h.layers(j)[0]
+	// Someone else booked the host meanwhile; the cached copy is stale.
+	h.exec(`UPDATE host SET int_cores_idle = 200 WHERE pk_host = $1`, host.ID)
+	res := h.d.Dispatch(context.Background(), l, l.Frames, host)
+	if res.Stop != dispatch.HostStale || len(res.Dispatched) != 0 {
+		t.Fatalf("result = %+v", res)
+	}
+	h.checkBooked(0)
+	if n := h.count(`SELECT count(*) FROM frame WHERE pk_layer = $1 AND str_state = 'WAITING' AND int_version = 0`, l.ID); n != 4 {
+		t.Fatalf("%d frames untouched, want 4", n)
+	}
+	if procs, _ := h.pub.ShowProcs(context.Background(), h.show.ID); len(procs) != 0 {
+		t.Fatalf("Redis still holds booking records %v", procs)
+	}
+}
+
+func TestDispatchLaunchFailureCompensatesOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	host := h.host(farmtest.HostSpec{Cores: 8, MemKB: 16 * farmtest.GB})
+	h.fake.SetHost(host.Name, fakerqd.Behavior{Mode: fakerqd.Unreachable})
+	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 3, NotThreadable: true}}})
+	l := h.layers(j)[0]
+	res := h.d.Dispatch(context.Background(), l, l.Frames, host)
+	if len(res.Dispatched) != 0 || len(res.LaunchFailed) != 3 {
+		t.Fatalf("result = %+v", res)
+	}
+	if res.Host.IdleCores != host.IdleCores || res.Host.IdleMemKB != host.IdleMemKB {
+		t.Fatalf("host after compensation = %+v, want %+v", res.Host.Host, host.Host)
+	}
+	if n := h.count(`SELECT count(*) FROM frame WHERE pk_layer = $1 AND str_state = 'WAITING' AND int_exit_status = 299 AND int_version = 2`, l.ID); n != 3 {
+		t.Fatalf("%d frames back to WAITING, want 3", n)
+	}
+	if n := h.count(`SELECT int_cores_idle FROM host WHERE pk_host = $1`, host.ID); n != 800 {
+		t.Fatalf("host idle = %d, want 800", n)
+	}
+	if n := h.count(`SELECT int_waiting_count FROM job_stat WHERE pk_job = $1`, j.ID); n != 3 {
+		t.Fatalf("job_stat waiting = %d", n)
+	}
+	h.checkBooked(0)
+
+	// The frames can be dispatched again (fresh versions) once RQD is back.
+	h.fake.ClearHost(host.Name)
+	l = h.layers(j)[0]
+	res = h.d.Dispatch(context.Background(), l, l.Frames, h.load(host.ID))
+	if len(res.Dispatched) != 3 {
+		t.Fatalf("redispatch = %+v", res)
+	}
+	h.checkBooked(3)
+	if n := h.count(`SELECT count(*) FROM frame WHERE pk_layer = $1 AND int_retries = 0`, l.ID); n != 3 {
+		t.Fatalf("a failed launch must not count as a retry: %d frames with 0 retries", n)
+	}
+}
+
+func TestDispatchDryRun(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *dispatch.Config) { c.DryRun = true })
+	host := h.host(farmtest.HostSpec{Cores: 8})
+	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 2, NotThreadable: true}}})
+	l := h.layers(j)[0]
+	res := h.d.Dispatch(context.Background(), l, l.Frames, host)
+	if len(res.Dispatched) != 2 || len(h.fake.Launches()) != 0 {
+		t.Fatalf("dry run = %+v, launches %d", res, len(h.fake.Launches()))
+	}
+	h.checkBooked(2)
+}
+
+// Many dispatchers race for the same frames on different hosts: every frame
+// runs exactly once and the books balance.
+func TestDispatchConcurrentClaims(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	const hosts, frames = 8, 40
+	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: frames, NotThreadable: true}}})
+	var hs []dispatch.Host
+	for i := 0; i < hosts; i++ {
+		hs = append(hs, h.host(farmtest.HostSpec{Cores: 64}))
+	}
+	l := h.layers(j)[0]
+	var wg sync.WaitGroup
+	results := make([]dispatch.Result, hosts)
+	for i := range hs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cp := *l
+			results[i] = h.d.Dispatch(context.Background(), &cp, l.Frames, hs[i])
+		}()
+	}
+	wg.Wait()
+	seen := map[string]int{}
+	for _, r := range results {
+		if r.Err != nil {
+			t.Fatalf("dispatch error: %v", r.Err)
+		}
+		for _, f := range r.Dispatched {
+			seen[f]++
+		}
+	}
+	if len(seen) != frames {
+		t.Fatalf("%d distinct frames dispatched, want %d", len(seen), frames)
+	}
+	for f, n := range seen {
+		if n != 1 {
+			t.Fatalf("frame %s dispatched %d times", f, n)
+		}
+	}
+	if d := h.fake.DoubleLaunches(); len(d) != 0 {
+		t.Fatalf("double launches: %v", d)
+	}
+	h.checkBooked(frames)
+	if n := h.count(`SELECT count(*) FROM host WHERE int_cores_idle < 0 OR int_cores - int_cores_idle <> (SELECT COALESCE(SUM(int_cores_reserved), 0) FROM proc WHERE proc.pk_host = host.pk_host)`); n != 0 {
+		t.Fatalf("%d hosts whose idle does not match their procs", n)
+	}
+}

@@ -1,0 +1,65 @@
+package dispatch
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	frames           *prometheus.CounterVec
+	timeToBook       prometheus.Histogram
+	batches          *prometheus.CounterVec
+	batchDuration    prometheus.Histogram
+	txDuration       prometheus.Histogram
+	launchDuration   prometheus.Histogram
+	launchFailures   prometheus.Counter
+	compensations    *prometheus.CounterVec
+	accountingErrors *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		frames: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scheduler_frames_dispatched_total",
+			Help: "Frames booked and launched on RQD (booked only, in dry-run mode), by show.",
+		}, []string{"show_name"}),
+		timeToBook: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "scheduler_time_to_book_seconds",
+			Help:    "Time from a frame becoming WAITING (ts_eligible) to its launch.",
+			Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600},
+		}),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scheduler_dispatch_batches_total",
+			Help: "Host batches dispatched, by how they ended (done, host_full, capped, limit_reached, host_stale, failed, ...).",
+		}, []string{"stop"}),
+		batchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "scheduler_dispatch_batch_duration_seconds",
+			Help:    "Duration of one host batch: booking, transaction, launches.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		txDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "scheduler_dispatch_transaction_duration_seconds",
+			Help:    "Duration of the Postgres booking transaction of one host batch.",
+			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16),
+		}),
+		launchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "scheduler_rqd_launch_duration_seconds",
+			Help:    "Latency of RQD LaunchFrame calls.",
+			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16),
+		}),
+		launchFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scheduler_rqd_launch_failures_total",
+			Help: "LaunchFrame calls that failed (the booking was compensated).",
+		}),
+		compensations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scheduler_dispatch_compensations_total",
+			Help: "Compensations of failed launches, by result (restored, already_released, error).",
+		}, []string{"result"}),
+		accountingErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scheduler_dispatch_accounting_errors_total",
+			Help: "Redis rollbacks or releases that failed (healed by the recompute), by operation.",
+		}, []string{"op"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.frames, m.timeToBook, m.batches, m.batchDuration, m.txDuration, m.launchDuration,
+			m.launchFailures, m.compensations, m.accountingErrors)
+	}
+	return m
+}

@@ -1,0 +1,318 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cuesched/cuesched/scheduler/jobs"
+	"github.com/cuesched/cuesched/scheduler/reserve"
+)
+
+// lockLimitsSQL serialises dispatchers on a layer's limit_records.
+const lockLimitsSQL = `
+SELECT pk_limit_record FROM limit_record
+WHERE pk_limit_record = ANY($1::text[])
+ORDER BY pk_limit_record
+FOR UPDATE`
+
+// ClaimSQL claims frames and inserts their procs (see the package doc). It
+// returns the limit headroom (-1 = no limit) and one row per frame started.
+//
+// $1 frame ids, $2 proc ids, $3 versions, $4 centicores, $5 memory KB,
+// $6 GPUs, $7 GPU memory KB (one element per frame, in dispatch order);
+// $8 host name, $9 show, $10 limit_record ids, $11 host, $12 layer, $13 job,
+// $14 proc.int_mem_used (KB).
+const ClaimSQL = `
+WITH lim AS (
+    SELECT lr.int_max_value,
+           (SELECT COALESCE(SUM(ls.int_running_count), 0)
+              FROM layer_limit ll JOIN layer_stat ls ON ls.pk_layer = ll.pk_layer
+             WHERE ll.pk_limit_record = lr.pk_limit_record) AS running
+    FROM limit_record lr
+    WHERE lr.pk_limit_record = ANY($10::text[])
+), room AS (
+    SELECT CASE WHEN count(*) = 0 THEN -1
+                ELSE GREATEST(MIN(CASE WHEN int_max_value IS NULL THEN 0
+                                       ELSE int_max_value - running END), 0) END AS n
+    FROM lim
+), req AS (
+    SELECT r.*
+    FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
+         WITH ORDINALITY AS r(pk_frame, pk_proc, ver, cores, mem, gpus, gpu_mem, ord)
+    CROSS JOIN room
+    WHERE room.n < 0 OR r.ord <= room.n
+), claim AS (
+    SELECT f.pk_frame FROM frame f
+    WHERE f.pk_frame = ANY($1::text[])
+    ORDER BY f.pk_frame
+    FOR UPDATE SKIP LOCKED
+), upd AS (
+    UPDATE frame f
+       SET str_state = 'RUNNING', str_host = $8, int_cores = req.cores, int_mem_reserved = req.mem,
+           int_gpus = req.gpus, int_gpu_mem_reserved = req.gpu_mem,
+           ts_updated = now(), ts_started = now(), ts_stopped = NULL,
+           int_version = COALESCE(f.int_version, 0) + 1,
+           int_retries = CASE WHEN f.int_exit_status IN (-1, 256, 286, 299, 301, 302, 399)
+                              THEN f.int_retries ELSE f.int_retries + 1 END
+      FROM req
+     WHERE f.pk_frame = req.pk_frame
+       AND f.pk_frame IN (SELECT pk_frame FROM claim)
+       AND f.str_state = 'WAITING'
+       AND COALESCE(f.int_version, 0) = req.ver
+       AND f.pk_layer = $12
+       AND NOT EXISTS (SELECT 1 FROM layer l WHERE l.pk_layer = f.pk_layer AND l.ts_start_after > now())
+       AND EXISTS (SELECT 1 FROM show s WHERE s.pk_show = $9 AND s.b_scheduler_managed AND s.b_active)
+    RETURNING f.pk_frame, f.int_version, req.pk_proc, req.cores, req.mem, req.gpus, req.gpu_mem
+), ins AS (
+    INSERT INTO proc (pk_proc, pk_host, pk_show, pk_layer, pk_job, pk_frame,
+                      int_cores_reserved, int_mem_reserved, int_mem_pre_reserved, int_mem_used,
+                      int_gpus_reserved, int_gpu_mem_reserved, int_gpu_mem_pre_reserved, int_gpu_mem_used, b_local)
+    SELECT upd.pk_proc, $11, $9, $12, $13, upd.pk_frame,
+           upd.cores, upd.mem, upd.mem, $14, upd.gpus, upd.gpu_mem, upd.gpu_mem, 0, false
+    FROM upd
+    RETURNING pk_frame
+)
+SELECT room.n, upd.pk_frame, upd.int_version FROM room LEFT JOIN upd ON true`
+
+// HostSQL takes the started frames' resources off the host, guarded so no
+// idle value goes below zero. $1 host, $2 centicores, $3 memory KB, $4
+// GPUs, $5 GPU memory KB (sums over the frames ClaimSQL started).
+const HostSQL = `
+UPDATE host
+   SET int_cores_idle = int_cores_idle - $2, int_mem_idle = int_mem_idle - $3,
+       int_gpus_idle = int_gpus_idle - $4, int_gpu_mem_idle = int_gpu_mem_idle - $5
+ WHERE pk_host = $1
+   AND int_cores_idle >= $2 AND int_mem_idle >= $3 AND int_gpus_idle >= $4 AND int_gpu_mem_idle >= $5
+RETURNING int_cores_idle, int_mem_idle, int_gpus_idle, int_gpu_mem_idle`
+
+type wonFrames struct {
+	frames   []string
+	versions []int32
+}
+
+// commit runs the booking transaction. room is the limit headroom it saw
+// (-1 = no limit). stale means the host guard failed (rolled back).
+func (d *Dispatcher) commit(ctx context.Context, l *jobs.Layer, h Host, booked []planned) (won wonFrames, room int, after Host, stale bool, err error) {
+	n := len(booked)
+	frameIDs, procs := make([]string, n), make([]string, n)
+	versions := make([]int32, n)
+	cores, mem, gpus, gpuMem := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, p := range booked {
+		frameIDs[i], procs[i], versions[i] = p.frame.ID, p.proc, p.frame.Version
+		cores[i], mem[i], gpus[i], gpuMem[i] = p.res.Cores, p.res.MemKB, p.res.GPUs, p.res.GPUMemKB
+	}
+	limits := l.LimitIDs
+	if limits == nil {
+		limits = []string{}
+	}
+
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return won, -1, h, false, fmt.Errorf("dispatch: acquire connection: %w", err)
+	}
+	defer conn.Release()
+
+	// Round trip 1: BEGIN, the limit locks, the claim. Round trip 2 (only
+	// when frames were started): the host update with their sums. Then
+	// COMMIT or ROLLBACK.
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	if len(limits) > 0 {
+		b.Queue(lockLimitsSQL, limits)
+	}
+	b.Queue(d.claim, frameIDs, procs, versions, cores, mem, gpus, gpuMem,
+		h.Name, l.ShowID, limits, h.ID, l.ID, l.JobID, d.cfg.MemReservedMinKB)
+	br := conn.SendBatch(ctx, b)
+	room = -1
+	err = func() error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("begin: %w", err)
+		}
+		if len(limits) > 0 {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("lock limits %v: %w", limits, err)
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return fmt.Errorf("claim frames: %w", err)
+		}
+		for rows.Next() {
+			var r int64
+			var frame *string
+			var ver *int32
+			if err := rows.Scan(&r, &frame, &ver); err != nil {
+				rows.Close()
+				return fmt.Errorf("claim frames: %w", err)
+			}
+			room = int(r)
+			if frame != nil && ver != nil {
+				won.frames = append(won.frames, *frame)
+				won.versions = append(won.versions, *ver)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("claim frames: %w", err)
+		}
+		return nil
+	}()
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("dispatch batch: %w", cerr)
+	}
+	rollback := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_, _ = conn.Exec(rctx, "ROLLBACK")
+	}
+	if err != nil {
+		rollback()
+		return wonFrames{}, room, h, false, fmt.Errorf("dispatch layer %s on %s: %w", l.Name, h.Name, err)
+	}
+	var took reserve.Reservation
+	started := make(map[string]bool, len(won.frames))
+	for _, f := range won.frames {
+		started[f] = true
+	}
+	for _, p := range booked {
+		if started[p.frame.ID] {
+			took.Cores += p.res.Cores
+			took.MemKB += p.res.MemKB
+			took.GPUs += p.res.GPUs
+			took.GPUMemKB += p.res.GPUMemKB
+		}
+	}
+	var hostRow [4]int64
+	hostOK := false
+	if len(won.frames) > 0 {
+		switch err := conn.QueryRow(ctx, HostSQL, h.ID, took.Cores, took.MemKB, took.GPUs, took.GPUMemKB).Scan(
+			&hostRow[0], &hostRow[1], &hostRow[2], &hostRow[3]); {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			rollback()
+			return wonFrames{}, room, h, false, fmt.Errorf("dispatch layer %s on %s: take host resources: %w", l.Name, h.Name, err)
+		default:
+			hostOK = true
+		}
+	}
+	if len(won.frames) == 0 {
+		rollback()
+		return won, room, h, false, nil
+	}
+	if !hostOK {
+		rollback()
+		d.log.Debug("host has less idle than the cache said; batch rolled back", "host", h.Name, "layer", l.Name)
+		return wonFrames{}, room, h, true, nil
+	}
+	cctx, cancelCommit := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancelCommit()
+	if _, cerr := conn.Exec(cctx, "COMMIT"); cerr != nil {
+		// Ambiguous: look for our procs on another connection.
+		committed, rerr := d.procsExist(ctx, won, booked)
+		if rerr != nil || !committed {
+			return wonFrames{}, room, h, false, fmt.Errorf("dispatch layer %s on %s: commit: %w", l.Name, h.Name, cerr)
+		}
+		d.log.Warn("commit reported an error but the procs exist; continuing", "host", h.Name, "error", cerr)
+	}
+	after = h
+	after.IdleCores, after.IdleGPUs, after.IdleGPUMem = hostRow[0], hostRow[2], hostRow[3]
+	after.IdleMemKB = min(hostRow[1], h.IdleMemKB-took.MemKB)
+	return won, room, after, false, nil
+}
+
+// procsExist resolves an ambiguous COMMIT.
+func (d *Dispatcher) procsExist(ctx context.Context, won wonFrames, booked []planned) (bool, error) {
+	var procs []string
+	winners := map[string]bool{}
+	for _, f := range won.frames {
+		winners[f] = true
+	}
+	for _, p := range booked {
+		if winners[p.frame.ID] {
+			procs = append(procs, p.proc)
+		}
+	}
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var n int
+	if err := d.pool.QueryRow(qctx, `SELECT count(*) FROM proc WHERE pk_proc = ANY($1::text[])`, procs).Scan(&n); err != nil {
+		return false, err
+	}
+	return n == len(procs), nil
+}
+
+// Compensation: the frame goes back to WAITING only while our proc exists;
+// the proc is deleted and the host given its resources back in one
+// statement, so they happen together and at most once.
+const (
+	ClearFrameSQL = `
+UPDATE frame SET str_state = 'WAITING', int_exit_status = 299, ts_stopped = now(), ts_updated = now(),
+       int_version = int_version + 1
+ WHERE pk_frame = $1 AND str_state = 'RUNNING' AND int_version = $2
+   AND EXISTS (SELECT 1 FROM proc WHERE pk_proc = $3 AND pk_frame = $1)`
+	DeleteProcSQL = `
+WITH del AS (
+    DELETE FROM proc WHERE pk_proc = $1
+    RETURNING pk_host, int_cores_reserved, int_mem_reserved, int_gpus_reserved, int_gpu_mem_reserved
+)
+UPDATE host h
+   SET int_cores_idle = h.int_cores_idle + del.int_cores_reserved,
+       int_mem_idle = h.int_mem_idle + del.int_mem_reserved,
+       int_gpus_idle = h.int_gpus_idle + del.int_gpus_reserved,
+       int_gpu_mem_idle = h.int_gpu_mem_idle + del.int_gpu_mem_reserved
+  FROM del WHERE h.pk_host = del.pk_host
+RETURNING h.int_cores_idle, h.int_mem_idle, h.int_gpus_idle, h.int_gpu_mem_idle`
+)
+
+// compensate undoes a committed booking whose launch failed. It returns the
+// host's idle values after the restore when it restored them.
+func (d *Dispatcher) compensate(ctx context.Context, h Host, p planned, version int32, cause error) (Host, bool) {
+	d.m.launchFailures.Inc()
+	d.log.Warn("launch failed; putting the frame back", "host", h.Name, "frame", p.frame.Name, "proc", p.proc, "error", cause)
+	after := h
+	restored := false
+	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, ClearFrameSQL, p.frame.ID, version, p.proc); err != nil {
+			return fmt.Errorf("clear frame: %w", err)
+		}
+		var idle [4]int64
+		switch err := tx.QueryRow(ctx, DeleteProcSQL, p.proc).Scan(&idle[0], &idle[1], &idle[2], &idle[3]); {
+		case errors.Is(err, pgx.ErrNoRows):
+			// Already released by the completion path: nothing to give back.
+		case err != nil:
+			return fmt.Errorf("delete proc: %w", err)
+		default:
+			restored = true
+			after.IdleCores, after.IdleGPUs, after.IdleGPUMem = idle[0], idle[2], idle[3]
+			after.IdleMemKB = min(idle[1], h.IdleMemKB+p.res.MemKB)
+		}
+		return nil
+	})
+	if err != nil {
+		d.m.compensations.WithLabelValues("error").Inc()
+		d.log.Error("compensation failed; the frame stays RUNNING without a launch until Cuebot's orphan check",
+			"frame", p.frame.ID, "proc", p.proc, "error", err)
+		return h, false
+	}
+	if restored {
+		d.m.compensations.WithLabelValues("restored").Inc()
+	} else {
+		d.m.compensations.WithLabelValues("already_released").Inc()
+	}
+	if _, err := d.acct.Release(ctx, p.proc); err != nil {
+		d.m.accountingErrors.WithLabelValues("release").Inc()
+		d.log.Warn("accounting release failed; the sidecar or the recompute will heal it", "proc", p.proc, "error", err)
+	}
+	if d.rqd != nil {
+		kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := d.rqd.KillRunningFrame(kctx, h.Name, p.frame.ID, "cuesched: launch failed, frame returned to the queue"); err != nil {
+			d.log.Debug("best-effort kill failed", "host", h.Name, "frame", p.frame.ID, "error", err)
+		}
+	}
+	return after, restored
+}

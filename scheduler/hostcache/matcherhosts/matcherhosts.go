@@ -1,0 +1,79 @@
+// Package matcherhosts adapts the replication-fed host cache
+// (scheduler/hostcache) to the matcher's Hosts interface, so the pipeline
+// wires it with one line: pipeline.Deps{Hosts: matcherhosts.New(cache)}.
+//
+// It only translates types: cluster tags become group tags (by name, in the
+// matcher's probe order), the layer's floors and gates become a
+// hostcache.Profile, the matcher's Accept sees a dispatch.Host, and
+// hostcache.ErrNoCandidate becomes matcher.ErrNoCandidate (keeping the
+// miss's capacity watch, so the matcher's backoff is released when the
+// missed groups gain capacity). A check-in passes
+// the idle values the dispatcher carries back (Postgres' RETURNING after a
+// booking, or the checked-out values when nothing was booked) to
+// Cache.Checkin, which applies the assume/confirm ordering rule against the
+// WAL.
+package matcherhosts
+
+import (
+	"context"
+	"errors"
+
+	"github.com/cuesched/cuesched/scheduler/dispatch"
+	"github.com/cuesched/cuesched/scheduler/hostcache"
+	"github.com/cuesched/cuesched/scheduler/matcher"
+	"github.com/cuesched/cuesched/scheduler/reserve"
+)
+
+// Hosts implements matcher.Hosts over a hostcache.Cache.
+type Hosts struct{ c *hostcache.Cache }
+
+// New returns the adapter.
+func New(c *hostcache.Cache) *Hosts { return &Hosts{c: c} }
+
+var _ matcher.Hosts = (*Hosts)(nil)
+
+// ToDispatch converts a cached host into the dispatcher's host.
+func ToDispatch(h hostcache.Host) dispatch.Host {
+	return dispatch.Host{
+		ID: h.ID, Name: h.Name, AllocID: h.AllocID, OS: h.OS,
+		Host: reserve.Host{
+			TotalCores: h.TotalCores, IdleCores: h.IdleCores, TotalMemKB: h.TotalMemKB, IdleMemKB: h.IdleMemKB,
+			IdleGPUs: h.IdleGPUs, IdleGPUMem: h.IdleGPUMemKB, ThreadMode: h.ThreadMode,
+		},
+	}
+}
+
+// Checkout implements matcher.Hosts.
+func (a *Hosts) Checkout(ctx context.Context, req matcher.HostRequest) (dispatch.Host, error) {
+	tags := make([]string, 0, len(req.Tags))
+	for _, t := range req.Tags {
+		tags = append(tags, t.Name)
+	}
+	r := hostcache.Request{
+		FacilityID: req.FacilityID, ShowID: req.ShowID, Tags: tags,
+		Profile: hostcache.Profile{
+			CoresMin: req.CoresMin, MemMinKB: req.MemMinKB, GPUsMin: req.GPUsMin, GPUMemMinKB: req.GPUMemMinKB,
+			OS: req.OS, Threadable: req.Threadable,
+		},
+	}
+	if req.Accept != nil {
+		r.Accept = func(h hostcache.Host) bool { return req.Accept(ToDispatch(h)) }
+	}
+	h, err := a.c.Checkout(ctx, r)
+	if errors.Is(err, hostcache.ErrNoCandidate) {
+		var nc *hostcache.NoCandidateError
+		if errors.As(err, &nc) {
+			return dispatch.Host{}, &matcher.NoCandidateError{Watch: nc.Watch}
+		}
+		return dispatch.Host{}, matcher.ErrNoCandidate
+	}
+	if err != nil {
+		return dispatch.Host{}, err
+	}
+	return ToDispatch(h), nil
+}
+
+// Checkin implements matcher.Hosts.
+func (a *Hosts) Checkin(h dispatch.Host) {
+	a.c.Checkin(h.ID, hostcache.Idle{Cores: h.IdleCores, MemKB: h.IdleMemKB, GPUs: h.IdleGPUs, GPUMemKB: h.IdleGPUMem})
+}

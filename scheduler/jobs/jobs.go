@@ -1,0 +1,110 @@
+// Package jobs reads the work a cluster pass dispatches: pending jobs in
+// priority order (with age relief), their dispatchable layers and the first
+// WAITING frames of each layer; and it keeps the per-layer schedule-after
+// backoff of layers that found no host.
+//
+// Queries. Both are equivalent to the reference scheduler's (rust-scheduler
+// §4.2, §4.3) with three deliberate differences:
+//
+//   - Headroom is computed from live proc sums everywhere. The reference
+//     still reads vs_waiting and job_resource.int_cores for the job cap,
+//     columns that for a scheduler-managed show are only refreshed by the
+//     recompute loop, so a job could stay hidden for minutes after its
+//     frames finished. Redis remains the authority for caps; these filters
+//     only avoid wasted booking attempts.
+//   - Frames are fetched per layer through a LATERAL ... LIMIT that walks
+//     the (pk_job, pk_layer, dispatch order) index of WAITING frames, so the
+//     cost is O(frames per layer limit), not O(waiting frames of the job).
+//     Layers that end up with no frame are not returned (the reference
+//     returns them and spends a host checkout on them).
+//   - Priority has age relief: the order is job_resource.int_priority plus
+//     one point per queue.priority_age_relief of the job's age
+//     (now - job.ts_started), ties broken by age. A low-priority job
+//     therefore climbs past newer high-priority work after
+//     (difference x relief), the "occasional starvation relief" of the
+//     assigners design, instead of waiting for the farm to drain as under
+//     strict priority. Relief 0 gives the reference's strict order.
+//
+// Backoff. A layer that found no host in a cluster is not retried there
+// until its schedule-after time: min backoff after the first miss, doubling
+// on each further miss up to max, cleared by a successful dispatch. It is
+// per (cluster, layer) because the same layer may fit the hosts of another
+// cluster (its other tags), and per process: a backoff is an efficiency
+// hint, never a correctness mechanism, so it is not shared. A miss may
+// come with a Watch (the host cache's capacity generations of the groups
+// the layer was probed in, taken with the miss): Held then releases the
+// layer as soon as the watch moves, that is as soon as one of those hosts
+// gained capacity that may fit it, instead of when its time ends. Only
+// those groups count, so capacity freed elsewhere releases nothing. The
+// delay keeps doubling across such releases: the timer remains the bound
+// for a layer nothing relevant happens to. A layer released early that
+// misses again MaxWastedWakes times in a row (capacity does not help it:
+// reservation rules, caps, or losing every race for scarce hosts) has its
+// watches ignored until it books, so on a busy farm it falls back to the
+// plain backoff instead of retrying at every capacity change.
+package jobs
+
+import "time"
+
+// Job is a pending job returned for a cluster pass.
+type Job struct {
+	ID, Name   string
+	ShowID     string
+	ShowName   string
+	FacilityID string
+	FolderID   string
+	DeptID     string
+	// Priority is job_resource.int_priority; Effective adds the age relief.
+	Priority  int
+	Effective float64
+	Started   time.Time
+}
+
+// Frame is a WAITING frame fetched for dispatch.
+type Frame struct {
+	ID     string
+	Name   string // "0001-layer"
+	Number int64
+	// Version is the int_version read with the frame; the dispatch UPDATE
+	// is guarded by it (optimistic lock).
+	Version int32
+	// Eligible is when the frame became WAITING (ts_eligible, else
+	// ts_updated): the start of its time to book.
+	Eligible time.Time
+}
+
+// Layer is a dispatchable layer with the frames a pass may book. Resource
+// fields use the schema's units: centicores, KB, GPU devices.
+type Layer struct {
+	ID, Name string
+
+	JobID, JobName     string
+	ShowID, ShowName   string
+	FacilityID         string
+	FolderID, DeptID   string
+	Shot, User, LogDir string
+	LokiURL            string
+	UID                *int32 // job.int_uid; nil when unset
+	OS                 string // job.str_os; "" = any OS
+	Priority           int
+	Command, Range     string
+	ChunkSize          int
+	DispatchOrder      int64
+	CoresMin           int64 // 0 = every core, < 0 = all but |n|
+	CoresMax           int64 // 0 = no per-frame cap
+	MemMinKB           int64
+	GPUsMin            int64
+	GPUMemMinKB        int64
+	Threadable         bool
+	Services           []string
+	Tags               []string
+	JobMaxCores        int64 // centicores; <= 0 unlimited
+	JobMaxGPUs         int64 // <= 0 unlimited
+	JobCoresLive       int64 // SUM(proc.int_cores_reserved) of the job
+	JobGPUsLive        int64
+	FolderMaxCores     int64 // folder_resource caps (-1 unlimited)
+	FolderMaxGPUs      int64
+	LimitIDs           []string
+	Env                map[string]string // job env overlaid by layer env
+	Frames             []Frame
+}

@@ -1,0 +1,338 @@
+package jobs_test
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cuesched/cuesched/migrations/migrationstest"
+	"github.com/cuesched/cuesched/scheduler/farmtest"
+	"github.com/cuesched/cuesched/scheduler/jobs"
+	"github.com/cuesched/cuesched/shared/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+type world struct {
+	pool     *pgxpool.Pool
+	seed     *farmtest.Seeder
+	facility string
+	other    string
+	show     farmtest.Show
+	alloc    string
+	host     string
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	w := &world{pool: pool, seed: &farmtest.Seeder{DB: pool}}
+	w.facility = must(w.seed.Facility(ctx, "f1"))(t)
+	w.other = must(w.seed.Facility(ctx, "f2"))(t)
+	w.show = must(w.seed.Show(ctx, "show", true))(t)
+	w.alloc = must(w.seed.Alloc(ctx, w.facility, "f1.general", "general"))(t)
+	must(w.seed.Subscribe(ctx, w.show, w.alloc, 100, 100))(t)
+	w.host = must(w.seed.Host(ctx, farmtest.HostSpec{Name: "h1", Alloc: w.alloc, AllocTag: "general", Cores: 64, MemKB: 256 * farmtest.GB}))(t)
+	return w
+}
+
+func must[T any](v T, err error) func(t *testing.T) T {
+	return func(t *testing.T) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+func (w *world) job(t *testing.T, js farmtest.JobSpec) farmtest.Job {
+	t.Helper()
+	if js.Show.ID == "" {
+		js.Show = w.show
+	}
+	if js.Facility == "" {
+		js.Facility = w.facility
+	}
+	if js.Layers == nil {
+		js.Layers = []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 3}}
+	}
+	return must(w.seed.Job(context.Background(), js))(t)
+}
+
+func (w *world) pending(t *testing.T, relief time.Duration, tags ...string) []string {
+	t.Helper()
+	if len(tags) == 0 {
+		tags = []string{"general"}
+	}
+	js, err := jobs.Pending(context.Background(), w.pool, jobs.PendingQuery{
+		ShowID: w.show.ID, FacilityID: w.facility, Tags: tags, AgeRelief: relief,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, j := range js {
+		names = append(names, j.Name)
+	}
+	return names
+}
+
+func TestPendingOrderAndAgeRelief(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	now := time.Now()
+	w.job(t, farmtest.JobSpec{Name: "old-low", Priority: 10, Started: now.Add(-5 * time.Hour)})
+	w.job(t, farmtest.JobSpec{Name: "new-high", Priority: 50, Started: now.Add(-time.Minute)})
+	w.job(t, farmtest.JobSpec{Name: "new-mid", Priority: 30, Started: now.Add(-time.Minute)})
+
+	if got := w.pending(t, 0); !slices.Equal(got, []string{"new-high", "new-mid", "old-low"}) {
+		t.Fatalf("strict priority order = %v", got)
+	}
+	// One point per 5 minutes: old-low is worth 10 + 60 = 70 > 50.
+	if got := w.pending(t, 5*time.Minute); !slices.Equal(got, []string{"old-low", "new-high", "new-mid"}) {
+		t.Fatalf("age-relief order = %v", got)
+	}
+	// One point per hour: 10 + 5 = 15, still last.
+	if got := w.pending(t, time.Hour); !slices.Equal(got, []string{"new-high", "new-mid", "old-low"}) {
+		t.Fatalf("weak age-relief order = %v", got)
+	}
+}
+
+func TestPendingFilters(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := context.Background()
+	w.job(t, farmtest.JobSpec{Name: "ok"})
+	w.job(t, farmtest.JobSpec{Name: "paused", Paused: true})
+	w.job(t, farmtest.JobSpec{Name: "elsewhere", Facility: w.other})
+	w.job(t, farmtest.JobSpec{Name: "wrong-tag", Layers: []farmtest.LayerSpec{{Tags: []string{"gpu"}, Frames: 1}}})
+	w.job(t, farmtest.JobSpec{Name: "later", Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 1, StartAfter: time.Now().Add(time.Hour)}}})
+	w.job(t, farmtest.JobSpec{Name: "multi-tag", Layers: []farmtest.LayerSpec{{Tags: []string{"gpu", "general"}, Frames: 1}}})
+	capped := w.job(t, farmtest.JobSpec{Name: "job-at-cap", MaxCores: 2})
+	folder := must(w.seed.Folder(ctx, w.show, "capped", 2, -1))(t)
+	inFolder := w.job(t, farmtest.JobSpec{Name: "folder-at-cap", Folder: folder})
+	w.job(t, farmtest.JobSpec{Name: "big-layer-folder", Folder: folder, Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Cores: 4}}})
+
+	// Two running cores each for the capped job and the folder.
+	must(w.seed.Proc(ctx, farmtest.ProcSpec{Host: w.host, Frame: capped.Layers[0].Frames[0], Cores: 2}))(t)
+	must(w.seed.Proc(ctx, farmtest.ProcSpec{Host: w.host, Frame: inFolder.Layers[0].Frames[0], Cores: 2}))(t)
+
+	got := w.pending(t, 0)
+	sort.Strings(got)
+	if !slices.Equal(got, []string{"multi-tag", "ok"}) {
+		t.Fatalf("pending = %v, want [multi-tag ok]", got)
+	}
+	// Spaces in tags do not matter.
+	if got := w.pending(t, 0, " gpu "); !slices.Equal(got, []string{"multi-tag", "wrong-tag"}) && !slices.Equal(got, []string{"wrong-tag", "multi-tag"}) {
+		t.Fatalf("pending(gpu) = %v", got)
+	}
+
+	// A show with no subscription headroom left has no pending jobs.
+	if _, err := w.pool.Exec(ctx, `UPDATE subscription SET int_burst = 400 WHERE pk_show = $1`, w.show.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.pending(t, 0); len(got) != 0 {
+		t.Fatalf("pending with the subscription at burst = %v", got)
+	}
+	// An unmanaged show is never returned.
+	if _, err := w.pool.Exec(ctx, `UPDATE subscription SET int_burst = 10000 WHERE pk_show = $1`, w.show.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.pool.Exec(ctx, `UPDATE show SET b_scheduler_managed = false WHERE pk_show = $1`, w.show.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.pending(t, 0); len(got) != 0 {
+		t.Fatalf("pending of an unmanaged show = %v", got)
+	}
+}
+
+func TestLayers(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := context.Background()
+	lim := must(w.seed.Limit(ctx, "licence", 3))(t)
+	j := w.job(t, farmtest.JobSpec{
+		Name: "j", OS: "rocky9", UID: 4242, MaxCores: 100,
+		Env: map[string]string{"A": "job", "B": "job"},
+		Layers: []farmtest.LayerSpec{
+			{Name: "sim", Tags: []string{"general"}, Frames: 30, Cores: 2, MemKB: 3 * farmtest.GB, GPUs: 1,
+				GPUMemKB: farmtest.GB, NotThreadable: true, Services: "houdini, shell", Limits: []string{lim},
+				Env: map[string]string{"B": "layer", "C": "layer"}, Command: "sim #IFRAME#", Chunk: 1},
+			{Name: "other-tag", Tags: []string{"gpu"}, Frames: 2},
+			{Name: "later", Tags: []string{"general"}, Frames: 2, StartAfter: time.Now().Add(time.Hour)},
+			{Name: "comp", Tags: []string{"general"}, Range: "1-10", Chunk: 5},
+		},
+	})
+	ls, err := jobs.Layers(ctx, w.pool, jobs.LayerQuery{JobID: j.ID, Tags: []string{"general"}, FramesPerLayer: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) != 2 || ls[0].Name != "sim" || ls[1].Name != "comp" {
+		t.Fatalf("layers = %v", names(ls))
+	}
+	sim := ls[0]
+	if len(sim.Frames) != 20 {
+		t.Fatalf("sim has %d frames, want the per-layer limit 20", len(sim.Frames))
+	}
+	for i, f := range sim.Frames {
+		if f.Number != int64(i+1) || f.Name != frameName(i+1, "sim") || f.ID != j.Layers[0].Frames[i] {
+			t.Fatalf("frame %d = %+v", i, f)
+		}
+		if f.Version != 0 || f.Eligible.IsZero() {
+			t.Fatalf("frame %d version/eligible = %d/%v", i, f.Version, f.Eligible)
+		}
+	}
+	if sim.CoresMin != 200 || sim.MemMinKB != 3*farmtest.GB || sim.GPUsMin != 1 || sim.GPUMemMinKB != farmtest.GB || sim.Threadable {
+		t.Fatalf("sim resources = %+v", sim)
+	}
+	if sim.OS != "rocky9" || sim.UID == nil || *sim.UID != 4242 || sim.ShowName != "show" || sim.JobName != "j" {
+		t.Fatalf("sim job fields = os %q uid %v show %q job %q", sim.OS, sim.UID, sim.ShowName, sim.JobName)
+	}
+	if !slices.Equal(sim.Services, []string{"houdini", "shell"}) || !slices.Equal(sim.LimitIDs, []string{lim}) {
+		t.Fatalf("services %v limits %v", sim.Services, sim.LimitIDs)
+	}
+	if sim.Env["A"] != "job" || sim.Env["B"] != "layer" || sim.Env["C"] != "layer" || len(sim.Env) != 3 {
+		t.Fatalf("env = %v (layer env must override job env)", sim.Env)
+	}
+	if sim.JobMaxCores != 10000 || sim.JobCoresLive != 0 {
+		t.Fatalf("job cap = %d live %d", sim.JobMaxCores, sim.JobCoresLive)
+	}
+	comp := ls[1]
+	if len(comp.Frames) != 2 || comp.Frames[1].Number != 6 || comp.ChunkSize != 5 || comp.Env["A"] != "job" {
+		t.Fatalf("comp = %+v", comp)
+	}
+
+	// Excluding a layer (backoff) removes it.
+	ls, err = jobs.Layers(ctx, w.pool, jobs.LayerQuery{JobID: j.ID, Tags: []string{"general"}, Exclude: []string{sim.ID}})
+	if err != nil || len(ls) != 1 || ls[0].Name != "comp" {
+		t.Fatalf("layers excluding sim = %v, %v", names(ls), err)
+	}
+
+	// Job cap 10 cores with 6 running leaves 4: two of sim's 2-core frames.
+	// comp's 1-core frames come later in dispatch order, after the running
+	// sum has passed the budget, so comp has none.
+	if _, err := w.pool.Exec(ctx, `UPDATE job_resource SET int_max_cores = 1000 WHERE pk_job = $1`, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	must(w.seed.Proc(ctx, farmtest.ProcSpec{Host: w.host, Frame: j.Layers[0].Frames[29], Cores: 6}))(t)
+	ls, err = jobs.Layers(ctx, w.pool, jobs.LayerQuery{JobID: j.ID, Tags: []string{"general"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) != 1 || ls[0].Name != "sim" || len(ls[0].Frames) != 2 || ls[0].JobCoresLive != 600 {
+		t.Fatalf("capped layers = %v (frames %d)", names(ls), frames(ls))
+	}
+}
+
+func names(ls []*jobs.Layer) []string {
+	var out []string
+	for _, l := range ls {
+		out = append(out, l.Name)
+	}
+	return out
+}
+
+func frames(ls []*jobs.Layer) int {
+	n := 0
+	for _, l := range ls {
+		n += len(l.Frames)
+	}
+	return n
+}
+
+func frameName(n int, layer string) string {
+	s := "000" + itoa(n)
+	return s[len(s)-4:] + "-" + layer
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b []byte
+	for n > 0 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+		n /= 10
+	}
+	return string(b)
+}
+
+func TestBackoff(t *testing.T) {
+	now := time.Unix(1000, 0)
+	b := jobs.NewBackoff(time.Second, 8*time.Second)
+	b.SetClock(func() time.Time { return now })
+	if d := b.Missed("c", "l"); d != time.Second {
+		t.Fatalf("first miss = %v", d)
+	}
+	if got := b.Held("c"); !slices.Equal(got, []string{"l"}) {
+		t.Fatalf("Held = %v", got)
+	}
+	if got := b.Held("other"); len(got) != 0 {
+		t.Fatalf("another cluster holds %v", got)
+	}
+	for _, want := range []time.Duration{2, 4, 8, 8} {
+		if d := b.Missed("c", "l"); d != want*time.Second {
+			t.Fatalf("miss = %v, want %v", d, want*time.Second)
+		}
+	}
+	now = now.Add(9 * time.Second)
+	if got := b.Held("c"); len(got) != 0 {
+		t.Fatalf("Held after expiry = %v", got)
+	}
+	b.Booked("c", "l")
+	if d := b.Missed("c", "l"); d != time.Second {
+		t.Fatalf("after a booking the backoff restarts at min, got %v", d)
+	}
+	// An entry that ended long ago is dropped and restarts at min.
+	now = now.Add(time.Minute)
+	_ = b.Held("c")
+	if b.Len() != 0 {
+		t.Fatalf("stale entries kept: %d", b.Len())
+	}
+	if off := jobs.NewBackoff(0, 0); off.Missed("c", "l") != 0 || off.Held("c") != nil {
+		t.Fatal("disabled backoff holds layers")
+	}
+}
+
+// A Cuebot database older than V47 has no layer.ts_start_after: the
+// queries are adapted instead of failing.
+func TestOlderSchemaWithoutStartAfter(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := context.Background()
+	w.job(t, farmtest.JobSpec{Name: "old"})
+	if s, err := jobs.DetectSchema(ctx, w.pool); err != nil || s != jobs.CurrentSchema {
+		t.Fatalf("DetectSchema on the baseline = %+v, %v", s, err)
+	}
+	if _, err := w.pool.Exec(ctx, `ALTER TABLE layer DROP COLUMN ts_start_after`); err != nil {
+		t.Fatal(err)
+	}
+	s, err := jobs.DetectSchema(ctx, w.pool)
+	if err != nil || s.StartAfter || !s.FrameEligible {
+		t.Fatalf("DetectSchema without the column = %+v, %v", s, err)
+	}
+	if _, err := jobs.Pending(ctx, w.pool, jobs.PendingQuery{ShowID: w.show.ID, FacilityID: w.facility, Tags: []string{"general"}}); err == nil {
+		t.Fatal("the unadapted query worked without the column: the test does not exercise anything")
+	}
+	js, err := jobs.Pending(ctx, w.pool, jobs.PendingQuery{ShowID: w.show.ID, FacilityID: w.facility, Tags: []string{"general"}, Schema: &s})
+	if err != nil || len(js) != 1 {
+		t.Fatalf("adapted Pending = %v, %v", js, err)
+	}
+	ls, err := jobs.Layers(ctx, w.pool, jobs.LayerQuery{JobID: js[0].ID, Tags: []string{"general"}, Schema: &s})
+	if err != nil || len(ls) != 1 || len(ls[0].Frames) != 3 {
+		t.Fatalf("adapted Layers = %v, %v", ls, err)
+	}
+	if got := (jobs.Schema{StartAfter: true}).Adapt("x COALESCE(fr.ts_eligible, fr.ts_updated, now()) y"); got != "x COALESCE(fr.ts_updated, now()) y" {
+		t.Fatalf("Adapt without ts_eligible = %q", got)
+	}
+}

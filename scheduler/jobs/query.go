@@ -1,0 +1,304 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DB is what the queries need from a pgx pool.
+type DB interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// PendingQuery selects the jobs of one cluster pass.
+type PendingQuery struct {
+	ShowID     string
+	FacilityID string
+	// Tags are the cluster's tag names.
+	Tags []string
+	// Limit is max_jobs_per_cluster_pass (default 20).
+	Limit int
+	// CoreUnit is one core in centicores (queue.core_multiplier, 100).
+	CoreUnit int
+	// AgeRelief: one priority point per this much job age; 0 disables.
+	AgeRelief time.Duration
+	// Schema adapts the query to the database (nil: CurrentSchema).
+	Schema *Schema
+}
+
+// pendingSQL: live (proc-based) headroom of the show's subscriptions, the
+// job's folder and the job itself; some layer with waiting frames, an
+// overlapping tag, no future start-after and room for its minimum.
+const pendingSQL = `
+WITH live AS (
+    -- One pass over the show's procs feeds the three headroom sums.
+    SELECT p.pk_job, j2.pk_folder, h.pk_alloc, j2.str_state <> 'FINISHED' AS active, NOT p.b_local AS nonlocal,
+           SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
+    FROM proc p
+    JOIN job j2  ON j2.pk_job = p.pk_job
+    JOIN host h  ON h.pk_host = p.pk_host
+    WHERE p.pk_show = $1
+    GROUP BY 1, 2, 3, 4, 5
+), job_live AS (
+    SELECT pk_job, SUM(cores) AS cores, SUM(gpus) AS gpus FROM live GROUP BY pk_job
+), folder_live AS (
+    SELECT pk_folder, SUM(cores) AS cores, SUM(gpus) AS gpus FROM live WHERE active GROUP BY pk_folder
+), sub_live AS (
+    SELECT pk_alloc, SUM(cores) AS cores FROM live WHERE nonlocal GROUP BY pk_alloc
+)
+SELECT j.pk_job, j.str_name, sh.str_name, j.pk_facility, j.pk_folder, j.pk_dept,
+       jr.int_priority, j.ts_started,
+       jr.int_priority + CASE WHEN $6::float8 > 0
+           THEN floor(extract(epoch FROM (now() - j.ts_started)) / $6::float8) ELSE 0 END AS effective
+FROM job j
+JOIN show sh            ON sh.pk_show = j.pk_show
+JOIN job_resource jr    ON jr.pk_job = j.pk_job
+JOIN folder_resource fr ON fr.pk_folder = j.pk_folder
+LEFT JOIN job_live jl    ON jl.pk_job = j.pk_job
+LEFT JOIN folder_live fl ON fl.pk_folder = j.pk_folder
+WHERE j.pk_show = $1 AND j.pk_facility = $2
+  AND j.str_state = 'PENDING' AND NOT j.b_paused
+  AND sh.b_active AND sh.b_scheduler_managed
+  AND EXISTS (
+      SELECT 1 FROM subscription s LEFT JOIN sub_live sl ON sl.pk_alloc = s.pk_alloc
+      WHERE s.pk_show = $1 AND s.int_burst > 0
+        AND s.int_burst - COALESCE(sl.cores, 0) >= $5)
+  AND (fr.int_max_cores <= 0 OR COALESCE(fl.cores, 0) < fr.int_max_cores)
+  AND (fr.int_max_gpus <= 0 OR COALESCE(fl.gpus, 0) < fr.int_max_gpus)
+  AND (jr.int_max_cores <= 0 OR COALESCE(jl.cores, 0) + $5 <= jr.int_max_cores)
+  AND EXISTS (
+      SELECT 1 FROM layer l JOIN layer_stat ls ON ls.pk_layer = l.pk_layer
+      WHERE l.pk_job = j.pk_job AND ls.int_waiting_count > 0
+        AND string_to_array(replace(l.str_tags::text, ' ', ''), '|') && $3::text[]
+        AND (l.ts_start_after IS NULL OR l.ts_start_after <= now())
+        AND (fr.int_max_cores <= 0 OR COALESCE(fl.cores, 0) + GREATEST(l.int_cores_min, 0) <= fr.int_max_cores)
+        AND (fr.int_max_gpus <= 0 OR COALESCE(fl.gpus, 0) + l.int_gpus_min <= fr.int_max_gpus)
+        AND (jr.int_max_cores <= 0 OR COALESCE(jl.cores, 0) + GREATEST(l.int_cores_min, 0) <= jr.int_max_cores)
+        AND (jr.int_max_gpus <= 0 OR l.int_gpus_min = 0 OR COALESCE(jl.gpus, 0) + l.int_gpus_min <= jr.int_max_gpus))
+ORDER BY effective DESC, j.ts_started, j.pk_job
+LIMIT $4`
+
+// Pending returns the cluster's bookable jobs, best first.
+func Pending(ctx context.Context, db DB, q PendingQuery) ([]Job, error) {
+	if q.Limit <= 0 {
+		q.Limit = 20
+	}
+	if q.CoreUnit <= 0 {
+		q.CoreUnit = 100
+	}
+	rows, err := db.Query(ctx, q.Schema.adapt(pendingSQL), q.ShowID, q.FacilityID, normTags(q.Tags), q.Limit, q.CoreUnit,
+		q.AgeRelief.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("pending jobs of show %s: %w", q.ShowID, err)
+	}
+	defer rows.Close()
+	var out []Job
+	for rows.Next() {
+		var j Job
+		if err := rows.Scan(&j.ID, &j.Name, &j.ShowName, &j.FacilityID, &j.FolderID, &j.DeptID,
+			&j.Priority, &j.Started, &j.Effective); err != nil {
+			return nil, fmt.Errorf("pending jobs of show %s: %w", q.ShowID, err)
+		}
+		j.ShowID = q.ShowID
+		out = append(out, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pending jobs of show %s: %w", q.ShowID, err)
+	}
+	return out, nil
+}
+
+// normTags strips spaces the way the tag-array expression does.
+func normTags(tags []string) []string {
+	out := make([]string, 0, len(tags))
+	for _, t := range tags {
+		t = strings.ReplaceAll(t, " ", "")
+		if t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// LayerQuery selects the layers and frames of one job for one cluster.
+type LayerQuery struct {
+	JobID string
+	// Tags are the cluster's tag names.
+	Tags []string
+	// FramesPerLayer is dispatch_frames_per_layer_limit (default 20).
+	FramesPerLayer int
+	// Exclude lists layers to skip (backed off).
+	Exclude []string
+	// Schema adapts the query to the database (nil: CurrentSchema).
+	Schema *Schema
+}
+
+const layersSQL = `
+WITH jl AS (
+    SELECT COALESCE(SUM(p.int_cores_reserved), 0) AS cores, COALESCE(SUM(p.int_gpus_reserved), 0) AS gpus
+    FROM proc p WHERE p.pk_job = $1
+), lay AS (
+    SELECT l.pk_layer, l.str_name, l.str_cmd, l.str_range, l.int_chunk_size, l.int_dispatch_order,
+           l.int_cores_min, l.int_cores_max, l.int_mem_min, l.int_gpus_min, l.int_gpu_mem_min,
+           l.b_threadable, l.str_services, l.str_tags
+    FROM layer l JOIN layer_stat ls ON ls.pk_layer = l.pk_layer
+    WHERE l.pk_job = $1 AND ls.int_waiting_count > 0
+      AND string_to_array(replace(l.str_tags::text, ' ', ''), '|') && $2::text[]
+      AND (l.ts_start_after IS NULL OR l.ts_start_after <= now())
+      AND l.pk_layer <> ALL($4::text[])
+)
+SELECT lay.pk_layer, lay.str_name, lay.str_cmd, lay.str_range, lay.int_chunk_size, lay.int_dispatch_order,
+       lay.int_cores_min, lay.int_cores_max, lay.int_mem_min, lay.int_gpus_min, lay.int_gpu_mem_min,
+       lay.b_threadable, lay.str_services, lay.str_tags,
+       j.str_name, j.pk_show, sh.str_name, j.pk_facility, j.pk_folder, j.pk_dept, j.str_shot, j.str_user,
+       j.str_log_dir, COALESCE(j.str_loki_url, ''), j.int_uid, COALESCE(j.str_os, ''),
+       jr.int_priority, jr.int_max_cores, jr.int_max_gpus, jl.cores, jl.gpus,
+       COALESCE((SELECT fr.int_max_cores FROM folder_resource fr WHERE fr.pk_folder = j.pk_folder LIMIT 1), -1),
+       COALESCE((SELECT fr.int_max_gpus FROM folder_resource fr WHERE fr.pk_folder = j.pk_folder LIMIT 1), -1),
+       (SELECT array_agg(ll.pk_limit_record ORDER BY ll.pk_limit_record) FROM layer_limit ll WHERE ll.pk_layer = lay.pk_layer),
+       (SELECT json_object_agg(e.str_key, e.str_value) FROM job_env e WHERE e.pk_job = $1 AND e.str_key IS NOT NULL),
+       (SELECT json_object_agg(e.str_key, e.str_value) FROM layer_env e WHERE e.pk_layer = lay.pk_layer AND e.str_key IS NOT NULL),
+       f.pk_frame, f.str_name, f.int_number, f.ver, f.eligible
+FROM lay
+JOIN job j          ON j.pk_job = $1
+JOIN show sh        ON sh.pk_show = j.pk_show
+JOIN job_resource jr ON jr.pk_job = $1
+CROSS JOIN jl
+CROSS JOIN LATERAL (
+    SELECT fr.pk_frame, fr.str_name, fr.int_number, COALESCE(fr.int_version, 0) AS ver,
+           COALESCE(fr.ts_eligible, fr.ts_updated, now()) AS eligible,
+           fr.int_dispatch_order, fr.int_layer_order
+    FROM frame fr
+    WHERE fr.pk_job = $1 AND fr.pk_layer = lay.pk_layer AND fr.str_state = 'WAITING'
+    ORDER BY fr.int_dispatch_order, fr.int_layer_order
+    LIMIT $3
+) f
+ORDER BY lay.int_dispatch_order, lay.pk_layer, f.int_dispatch_order, f.int_layer_order`
+
+// Layers returns the job's dispatchable layers in dispatch order, each with
+// up to FramesPerLayer WAITING frames in frame order. Frames beyond what the
+// job's core/GPU cap leaves (job-wide running sum of the layers' minimums
+// over live proc sums) are dropped; layers left without frames are omitted.
+func Layers(ctx context.Context, db DB, q LayerQuery) ([]*Layer, error) {
+	if q.FramesPerLayer <= 0 {
+		q.FramesPerLayer = 20
+	}
+	exclude := q.Exclude
+	if exclude == nil {
+		exclude = []string{}
+	}
+	rows, err := db.Query(ctx, q.Schema.adapt(layersSQL), q.JobID, normTags(q.Tags), q.FramesPerLayer, exclude)
+	if err != nil {
+		return nil, fmt.Errorf("layers of job %s: %w", q.JobID, err)
+	}
+	defer rows.Close()
+	var out []*Layer
+	var cur *Layer
+	for rows.Next() {
+		var (
+			l        Layer
+			services string
+			tags     string
+			uid      *int64
+			limits   []string
+			jobEnv   map[string]string
+			layerEnv map[string]string
+			f        Frame
+			chunk    int64
+		)
+		if err := rows.Scan(&l.ID, &l.Name, &l.Command, &l.Range, &chunk, &l.DispatchOrder,
+			&l.CoresMin, &l.CoresMax, &l.MemMinKB, &l.GPUsMin, &l.GPUMemMinKB,
+			&l.Threadable, &services, &tags,
+			&l.JobName, &l.ShowID, &l.ShowName, &l.FacilityID, &l.FolderID, &l.DeptID, &l.Shot, &l.User,
+			&l.LogDir, &l.LokiURL, &uid, &l.OS,
+			&l.Priority, &l.JobMaxCores, &l.JobMaxGPUs, &l.JobCoresLive, &l.JobGPUsLive,
+			&l.FolderMaxCores, &l.FolderMaxGPUs,
+			&limits, &jobEnv, &layerEnv,
+			&f.ID, &f.Name, &f.Number, &f.Version, &f.Eligible); err != nil {
+			return nil, fmt.Errorf("layers of job %s: %w", q.JobID, err)
+		}
+		if cur == nil || cur.ID != l.ID {
+			l.JobID = q.JobID
+			l.ChunkSize = int(max(chunk, 1))
+			l.Services = splitList(services, ",")
+			l.Tags = splitList(tags, "|")
+			l.LimitIDs = limits
+			if uid != nil {
+				u := int32(*uid)
+				l.UID = &u
+			}
+			l.Env = make(map[string]string, len(jobEnv)+len(layerEnv))
+			for k, v := range jobEnv {
+				l.Env[k] = v
+			}
+			for k, v := range layerEnv {
+				l.Env[k] = v
+			}
+			cur = &l
+			out = append(out, cur)
+		}
+		cur.Frames = append(cur.Frames, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("layers of job %s: %w", q.JobID, err)
+	}
+	return capToJob(out), nil
+}
+
+// capToJob applies the job-wide running sum of layer minimums against the
+// job's remaining core and GPU budget.
+func capToJob(layers []*Layer) []*Layer {
+	if len(layers) == 0 {
+		return layers
+	}
+	sort.SliceStable(layers, func(i, j int) bool { return layers[i].DispatchOrder < layers[j].DispatchOrder })
+	first := layers[0]
+	coreBudget, gpuBudget := int64(-1), int64(-1)
+	if first.JobMaxCores > 0 {
+		coreBudget = max(first.JobMaxCores-first.JobCoresLive, 0)
+	}
+	if first.JobMaxGPUs > 0 {
+		gpuBudget = max(first.JobMaxGPUs-first.JobGPUsLive, 0)
+	}
+	var cumCores, cumGPUs int64
+	out := layers[:0]
+	for _, l := range layers {
+		keep := l.Frames[:0]
+		c := max(l.CoresMin, 0)
+		for _, f := range l.Frames {
+			// The running sum includes frames already dropped, so once the
+			// budget is exceeded every later frame is dropped too.
+			cumCores += c
+			if l.GPUsMin > 0 {
+				cumGPUs += l.GPUsMin
+			}
+			if coreBudget >= 0 && cumCores > coreBudget {
+				continue
+			}
+			if gpuBudget >= 0 && l.GPUsMin > 0 && cumGPUs > gpuBudget {
+				continue
+			}
+			keep = append(keep, f)
+		}
+		l.Frames = keep
+		if len(keep) > 0 {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func splitList(s, sep string) []string {
+	var out []string
+	for _, p := range strings.Split(s, sep) {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,72 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// Schema says which optional Cuebot columns the database has, so the
+// queries work on a Cuebot database older than V47 as well.
+type Schema struct {
+	// StartAfter: layer.ts_start_after (Cuebot V47, deferred layers).
+	StartAfter bool
+	// FrameEligible: frame.ts_eligible (Cuebot V41), the start of a frame's
+	// time to book; without it ts_updated is used.
+	FrameEligible bool
+}
+
+// CurrentSchema is a database at Cuebot V47 or later.
+var CurrentSchema = Schema{StartAfter: true, FrameEligible: true}
+
+// DetectSchema reads the optional columns from the catalog (the current
+// search_path).
+func DetectSchema(ctx context.Context, db DB) (Schema, error) {
+	rows, err := db.Query(ctx, `SELECT c.relname, a.attname FROM pg_attribute a
+		JOIN pg_class c ON c.oid = a.attrelid
+		WHERE c.oid IN (to_regclass('layer'), to_regclass('frame')) AND a.attnum > 0 AND NOT a.attisdropped
+		  AND a.attname IN ('ts_start_after', 'ts_eligible')`)
+	if err != nil {
+		return Schema{}, fmt.Errorf("detect schema: %w", err)
+	}
+	defer rows.Close()
+	var s Schema
+	for rows.Next() {
+		var rel, col string
+		if err := rows.Scan(&rel, &col); err != nil {
+			return Schema{}, fmt.Errorf("detect schema: %w", err)
+		}
+		switch rel + "." + col {
+		case "layer.ts_start_after":
+			s.StartAfter = true
+		case "frame.ts_eligible":
+			s.FrameEligible = true
+		}
+	}
+	return s, rows.Err()
+}
+
+// Adapt rewrites a query written for the current schema for s: the
+// start-after conditions (marked by the alias l or f they use) are dropped
+// when layer.ts_start_after is missing, and ts_eligible falls back to
+// ts_updated.
+func (s Schema) Adapt(sql string) string {
+	if !s.StartAfter {
+		sql = strings.NewReplacer(
+			"AND (l.ts_start_after IS NULL OR l.ts_start_after <= now())", "",
+			"AND NOT EXISTS (SELECT 1 FROM layer l WHERE l.pk_layer = f.pk_layer AND l.ts_start_after > now())", "",
+		).Replace(sql)
+	}
+	if !s.FrameEligible {
+		sql = strings.ReplaceAll(sql, "COALESCE(fr.ts_eligible, fr.ts_updated, now())", "COALESCE(fr.ts_updated, now())")
+	}
+	return sql
+}
+
+// adapt is Adapt for an optional schema (nil means CurrentSchema).
+func (s *Schema) adapt(sql string) string {
+	if s == nil {
+		return sql
+	}
+	return s.Adapt(sql)
+}

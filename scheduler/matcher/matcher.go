@@ -1,0 +1,375 @@
+// Package matcher finds hosts for the layers of a job and hands each
+// (layer, host) pair to the dispatcher: the "find hosts for frames" half of
+// the proactive loop (rust-scheduler §4.4).
+//
+// For each job of a cluster pass the matcher reads its dispatchable layers
+// (package jobs) and works them one at a time in dispatch order. For a
+// layer it takes an in-process layer permit (so two passes of this process
+// never work the same layer), then makes up to host_candidate_attempts_per
+// _layer checkouts from the host cache, each asking for a host carrying one
+// of the layer's tags that this cluster covers and on which at least one
+// frame fits by Cuebot's reservation rules (the Accept closure runs the same
+// reserve.Policy the dispatcher uses, so a checked-out host always takes a
+// frame unless Postgres disagrees). Each host goes to the dispatcher with
+// the layer's remaining frames and comes back to the cache with the idle
+// values Postgres returned. The loop ends when the layer runs out of frames,
+// of attempts, or of candidates, or when the dispatcher reports a stop that
+// another host cannot cure (job at its cap, a Redis cap, a limit_record
+// full, the show not seeded, an error).
+//
+// A layer that found no host at all in this cluster backs off (jobs.Backoff)
+// and is excluded from the next layer queries of the cluster until its
+// schedule-after time, or until the hosts it missed gain capacity that may
+// fit it: the host cache's miss carries a watch on the probed groups
+// (NoCandidateError), taken atomically with the miss, and the backoff
+// releases the layer as soon as it moves. A layer whose checked-out host
+// took nothing (Postgres disagreed with the cache) has no such watch and
+// waits out its backoff.
+//
+// Concurrency: a semaphore bounds the layers being worked at once across the
+// process (the reference sizes it to the database pool minus one), since
+// each holds a connection during its booking transactions.
+package matcher
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/scheduler/clusters"
+	"github.com/cuesched/cuesched/scheduler/dispatch"
+	"github.com/cuesched/cuesched/scheduler/jobs"
+	"github.com/cuesched/cuesched/scheduler/reserve"
+)
+
+// ErrNoCandidate is what Hosts.Checkout returns when no host fits.
+var ErrNoCandidate = errors.New("no host candidate")
+
+// NoCandidateError is an ErrNoCandidate (errors.Is) that carries a watch on
+// the hosts the request missed, taken with the miss. A Hosts whose misses
+// carry one lets a backed-off layer be released as soon as those hosts gain
+// capacity that may fit it, instead of when its backoff ends.
+type NoCandidateError struct {
+	Watch jobs.Watch
+}
+
+func (e *NoCandidateError) Error() string { return ErrNoCandidate.Error() }
+
+// Is makes errors.Is(err, ErrNoCandidate) true.
+func (e *NoCandidateError) Is(target error) bool { return target == ErrNoCandidate }
+
+// HostRequest asks the host cache for one host for a layer.
+type HostRequest struct {
+	FacilityID string
+	ShowID     string
+	// Tags are the cluster's tags the layer carries, in probe order
+	// (MANUAL, HOSTNAME, HARDWARE, ALLOC); the host must carry one.
+	Tags []clusters.Tag
+	// Minimums of the layer (centicores, KB, devices); CoresMin <= 0 (the
+	// "whole host" sentinels) is passed as one core and left to Accept.
+	CoresMin    int64
+	MemMinKB    int64
+	GPUsMin     int64
+	GPUMemMinKB int64
+	// OS is the job's OS ("" = any); Threadable gates thread-mode ALL hosts.
+	OS         string
+	Threadable bool
+	// Accept reports whether at least one frame fits on h.
+	Accept func(h dispatch.Host) bool
+}
+
+// Hosts is the host cache as the matcher uses it.
+type Hosts interface {
+	// Checkout removes a fitting host from the cache, so no other caller
+	// gets it until Checkin; ErrNoCandidate when none fits, preferably as a
+	// *NoCandidateError with a watch.
+	Checkout(ctx context.Context, req HostRequest) (dispatch.Host, error)
+	// Checkin returns a checked-out host with its current idle values.
+	Checkin(h dispatch.Host)
+}
+
+// Dispatcher books and launches a batch (dispatch.Dispatcher).
+type Dispatcher interface {
+	Dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, h dispatch.Host) dispatch.Result
+}
+
+// Config holds the matcher's knobs.
+type Config struct {
+	// Attempts is host_candidate_attempts_per_layer (10).
+	Attempts int
+	// FramesPerLayer is dispatch_frames_per_layer_limit (20).
+	FramesPerLayer int
+	// MaxConcurrentLayers bounds layers worked at once (pool size - 1).
+	MaxConcurrentLayers int
+	// PermitPerFrame is the layer permit duration per frame (2 s).
+	PermitPerFrame time.Duration
+	// Policy must equal the dispatcher's reservation policy.
+	Policy          reserve.Policy
+	SelfishServices []string
+	// Schema adapts the layer query to the database (nil: current).
+	Schema *jobs.Schema
+	// HostQuarantine keeps a host whose RQD refused or could not be reached
+	// out of this process's checkouts for this long (default 30 s), so an
+	// unreachable host does not swallow every pass's attempts while its
+	// idle resources keep getting restored by compensation.
+	HostQuarantine time.Duration
+}
+
+// Options are the dependencies of a Matcher.
+type Options struct {
+	Logger     hclog.Logger
+	Registerer prometheus.Registerer
+	Backoff    *jobs.Backoff
+	Permits    *Permits
+}
+
+// Matcher works jobs. It is safe for concurrent use.
+type Matcher struct {
+	db      jobs.DB
+	hosts   Hosts
+	disp    Dispatcher
+	cfg     Config
+	permits *Permits
+	backoff *jobs.Backoff
+	sem     chan struct{}
+	log     hclog.Logger
+	m       *metrics
+
+	qmu        sync.Mutex
+	quarantine map[string]time.Time // host id -> until
+}
+
+// New returns a Matcher.
+func New(db jobs.DB, hosts Hosts, disp Dispatcher, cfg Config, o Options) *Matcher {
+	if cfg.Attempts <= 0 {
+		cfg.Attempts = 10
+	}
+	if cfg.FramesPerLayer <= 0 {
+		cfg.FramesPerLayer = 20
+	}
+	if cfg.MaxConcurrentLayers <= 0 {
+		cfg.MaxConcurrentLayers = 19
+	}
+	if cfg.PermitPerFrame <= 0 {
+		cfg.PermitPerFrame = 2 * time.Second
+	}
+	if cfg.HostQuarantine <= 0 {
+		cfg.HostQuarantine = 30 * time.Second
+	}
+	log := o.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	p := o.Permits
+	if p == nil {
+		p = NewPermits()
+	}
+	return &Matcher{db: db, hosts: hosts, disp: disp, cfg: cfg, permits: p, backoff: o.Backoff,
+		sem: make(chan struct{}, cfg.MaxConcurrentLayers), log: log.Named("matcher"), m: newMetrics(o.Registerer),
+		quarantine: map[string]time.Time{}}
+}
+
+// quarantined reports whether host is held out after a failed launch.
+func (m *Matcher) quarantined(host string) bool {
+	m.qmu.Lock()
+	defer m.qmu.Unlock()
+	until, ok := m.quarantine[host]
+	if !ok {
+		return false
+	}
+	if time.Now().After(until) {
+		delete(m.quarantine, host)
+		return false
+	}
+	return true
+}
+
+func (m *Matcher) quarantineHost(host string) {
+	m.qmu.Lock()
+	m.quarantine[host] = time.Now().Add(m.cfg.HostQuarantine)
+	m.qmu.Unlock()
+	m.m.quarantined.Inc()
+}
+
+// Outcome of working one job.
+type Outcome struct {
+	// Dispatched frames.
+	Dispatched int
+	// Layers worked (permit granted, at least one checkout tried).
+	Layers int
+	// StopShow: the show cannot book now (not seeded): skip its other jobs.
+	StopShow bool
+	// AllocFull: a booking hit this allocation cluster's subscription burst.
+	AllocFull bool
+}
+
+// Process works one job of a cluster pass.
+func (m *Matcher) Process(ctx context.Context, c *clusters.Cluster, job jobs.Job) (Outcome, error) {
+	var out Outcome
+	layers, err := jobs.Layers(ctx, m.db, jobs.LayerQuery{
+		JobID: job.ID, Tags: c.TagNames(), FramesPerLayer: m.cfg.FramesPerLayer, Exclude: m.backoff.Held(c.Key()),
+		Schema: m.cfg.Schema,
+	})
+	if err != nil {
+		return out, err
+	}
+	for _, l := range layers {
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		r := m.processLayer(ctx, c, l)
+		out.Dispatched += r.dispatched
+		if r.worked {
+			out.Layers++
+		}
+		if r.stop == dispatch.NotSeeded {
+			out.StopShow = true
+			return out, nil
+		}
+		if r.stop == dispatch.Capped && r.table == publisher.TableSubscription && c.AllocID() != "" {
+			out.AllocFull = true
+			return out, nil
+		}
+		if r.stop == dispatch.JobAtCap || (r.stop == dispatch.Capped && (r.table == publisher.TableJob || r.table == publisher.TableFolder)) {
+			// The rest of the job (or its folder) is capped too.
+			return out, nil
+		}
+	}
+	return out, nil
+}
+
+type layerResult struct {
+	dispatched int
+	worked     bool
+	stop       dispatch.Stop
+	table      string
+}
+
+func (m *Matcher) selfish(l *jobs.Layer) bool {
+	for _, s := range l.Services {
+		for _, x := range m.cfg.SelfishServices {
+			if s == x {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs.Layer) layerResult {
+	var r layerResult
+	tags := c.MatchingTags(l.Tags)
+	if len(tags) == 0 || len(l.Frames) == 0 {
+		return r
+	}
+	select {
+	case m.sem <- struct{}{}:
+	case <-ctx.Done():
+		return r
+	}
+	defer func() { <-m.sem }()
+	if !m.permits.Acquire(l.ID, time.Duration(len(l.Frames))*m.cfg.PermitPerFrame) {
+		m.m.permitDenied.Inc()
+		m.log.Trace("layer skipped: already being processed", "layer", l.Name)
+		return r
+	}
+	defer m.permits.Release(l.ID)
+	r.worked = true
+
+	req := reserve.Request{CoresMin: l.CoresMin, CoresMax: l.CoresMax, MemKB: l.MemMinKB, GPUs: l.GPUsMin,
+		GPUMemKB: l.GPUMemMinKB, Threadable: l.Threadable, Selfish: m.selfish(l)}
+	coresHint := l.CoresMin
+	if coresHint <= 0 {
+		coresHint = m.cfg.Policy.CoreUnit
+	}
+	remaining := l.Frames
+	attempts := 0
+	var watch jobs.Watch // of the last miss
+	for attempts < m.cfg.Attempts && len(remaining) > 0 && ctx.Err() == nil {
+		attempts++
+		budget := int64(-1)
+		if l.JobMaxCores > 0 {
+			budget = max(l.JobMaxCores-l.JobCoresLive, 0)
+		}
+		host, err := m.hosts.Checkout(ctx, HostRequest{
+			FacilityID: c.FacilityID, ShowID: c.ShowID, Tags: tags,
+			CoresMin: coresHint, MemMinKB: l.MemMinKB, GPUsMin: l.GPUsMin, GPUMemMinKB: l.GPUMemMinKB,
+			OS: l.OS, Threadable: l.Threadable,
+			Accept: func(h dispatch.Host) bool {
+				if m.quarantined(h.ID) {
+					return false
+				}
+				_, why := m.cfg.Policy.Reserve(h.Host, req, budget)
+				return why == reserve.Fits
+			},
+		})
+		if errors.Is(err, ErrNoCandidate) {
+			m.m.noCandidate.Inc()
+			var nc *NoCandidateError
+			if errors.As(err, &nc) {
+				watch = nc.Watch
+			}
+			break
+		}
+		if err != nil {
+			m.log.Warn("host checkout failed", "layer", l.Name, "error", err)
+			r.stop = dispatch.Failed
+			break
+		}
+		res := m.disp.Dispatch(ctx, l, remaining, host)
+		m.hosts.Checkin(res.Host)
+		if len(res.LaunchFailed) > 0 {
+			m.quarantineHost(host.ID)
+		}
+
+		drop := make(map[string]bool, len(res.Dispatched)+len(res.Claimed)+len(res.LaunchFailed))
+		for _, ids := range [][]string{res.Dispatched, res.Claimed, res.LaunchFailed} {
+			for _, id := range ids {
+				drop[id] = true
+			}
+		}
+		if len(drop) > 0 {
+			kept := make([]jobs.Frame, 0, len(remaining))
+			for _, f := range remaining {
+				if !drop[f.ID] {
+					kept = append(kept, f)
+				}
+			}
+			remaining = kept
+		}
+		r.dispatched += len(res.Dispatched)
+		l.JobCoresLive += res.CoresBooked
+		r.stop = res.Stop
+		if res.Limit != nil {
+			r.table = res.Limit.Table
+		}
+		if res.Err != nil {
+			m.log.Warn("dispatch failed", "layer", l.Name, "host", host.Name, "error", res.Err)
+		}
+		switch res.Stop {
+		case dispatch.Done, dispatch.HostFull, dispatch.HostStale:
+			if len(drop) == 0 && res.Stop != dispatch.HostStale {
+				// A host that took nothing: do not spin on this layer.
+				attempts = m.cfg.Attempts
+			}
+			continue
+		}
+		break
+	}
+	m.m.candidates.Observe(float64(attempts))
+	if r.dispatched > 0 {
+		m.backoff.Booked(c.Key(), l.ID)
+	} else if r.stop == dispatch.Done || r.stop == dispatch.HostFull {
+		// No candidate (or none took a frame): hold the layer back here,
+		// until the hosts it missed gain capacity (if the miss carried a
+		// watch) or the backoff ends.
+		d := m.backoff.MissedWatch(c.Key(), l.ID, watch)
+		m.log.Trace("no host for layer; backing off", "layer", l.Name, "cluster", c.Key(), "for", d)
+	}
+	return r
+}

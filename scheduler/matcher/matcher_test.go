@@ -1,0 +1,268 @@
+package matcher_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cuesched/cuesched/migrations/migrationstest"
+	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/scheduler/clusters"
+	"github.com/cuesched/cuesched/scheduler/dispatch"
+	"github.com/cuesched/cuesched/scheduler/farmtest"
+	"github.com/cuesched/cuesched/scheduler/jobs"
+	"github.com/cuesched/cuesched/scheduler/matcher"
+	"github.com/cuesched/cuesched/scheduler/reserve"
+	"github.com/cuesched/cuesched/scheduler/rqdclient"
+	"github.com/cuesched/cuesched/scheduler/testdouble/fakerqd"
+	"github.com/cuesched/cuesched/shared/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+type harness struct {
+	t        *testing.T
+	fake     *fakerqd.Server
+	pool     *pgxpool.Pool
+	seed     *farmtest.Seeder
+	pub      *publisher.Publisher
+	hosts    *farmtest.DBHosts
+	backoff  *jobs.Backoff
+	permits  *matcher.Permits
+	m        *matcher.Matcher
+	disp     *dispatch.Dispatcher
+	policy   reserve.Policy
+	facility string
+	alloc    string
+	show     farmtest.Show
+	cluster  *clusters.Cluster
+	n        int
+}
+
+func newHarness(t *testing.T, attempts int) *harness {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	rdb, err := publisher.NewClient(publisher.ClientConfig{URL: testenv.NewRedisDB(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	pub, err := publisher.New(rdb, publisher.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake, err := fakerqd.Start(fakerqd.Config{Default: fakerqd.Behavior{RunTime: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fake.Stop)
+	rqd := rqdclient.New(rqdclient.Options{Resolve: fake.Resolve})
+	t.Cleanup(func() { rqd.Close() })
+	policy := reserve.Policy{CoreUnit: 100, StrandedMemKB: 2 * farmtest.GB}
+	d := dispatch.New(pool, pub, rqd, dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144, StrandedMemKB: policy.StrandedMemKB},
+		dispatch.Options{Registerer: prometheus.NewRegistry()})
+	h := &harness{t: t, fake: fake, pool: pool, seed: &farmtest.Seeder{DB: pool}, pub: pub, hosts: farmtest.NewDBHosts(pool),
+		backoff: jobs.NewBackoff(time.Minute, time.Hour), permits: matcher.NewPermits(), disp: d, policy: policy}
+	h.m = matcher.New(pool, h.hosts, d, matcher.Config{Attempts: attempts, FramesPerLayer: 20, Policy: policy},
+		matcher.Options{Registerer: prometheus.NewRegistry(), Backoff: h.backoff, Permits: h.permits})
+	h.facility = h.str(h.seed.Facility(ctx, "f1"))
+	s, err := h.seed.Show(ctx, "show", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.show = s
+	h.alloc = h.str(h.seed.Alloc(ctx, h.facility, "f1.general", "general"))
+	h.str(h.seed.Subscribe(ctx, h.show, h.alloc, 1000, 1000))
+	h.cluster = clusters.New(h.facility, h.show.ID, []clusters.Tag{{Name: "general", Type: clusters.Alloc, AllocID: h.alloc}})
+	return h
+}
+
+func (h *harness) str(s string, err error) string {
+	h.t.Helper()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return s
+}
+
+func (h *harness) host(cores int, os string) {
+	h.t.Helper()
+	h.n++
+	h.str(h.seed.Host(context.Background(), farmtest.HostSpec{Name: fmt.Sprintf("h%d", h.n), Alloc: h.alloc, AllocTag: "general", Cores: cores, OS: os}))
+}
+
+func (h *harness) job(js farmtest.JobSpec) jobs.Job {
+	h.t.Helper()
+	h.n++
+	js.Show, js.Facility, js.Name = h.show, h.facility, fmt.Sprintf("job%d", h.n)
+	j, err := h.seed.Job(context.Background(), js)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := farmtest.SeedAccounting(context.Background(), h.pool, h.pub, h.show.ID); err != nil {
+		h.t.Fatal(err)
+	}
+	return jobs.Job{ID: j.ID, Name: j.Name, ShowID: h.show.ID}
+}
+
+func (h *harness) process(j jobs.Job) matcher.Outcome {
+	h.t.Helper()
+	out, err := h.m.Process(context.Background(), h.cluster, j)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if n := h.hosts.Out(); n != 0 {
+		h.t.Fatalf("%d hosts left checked out", n)
+	}
+	return out
+}
+
+func layer(frames int, tags ...string) farmtest.LayerSpec {
+	if len(tags) == 0 {
+		tags = []string{"general"}
+	}
+	return farmtest.LayerSpec{Tags: tags, Frames: frames, NotThreadable: true, MemKB: farmtest.GB}
+}
+
+func TestProcessSpreadsALayerOverHosts(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 10)
+	h.host(4, "")
+	h.host(4, "")
+	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(10)}})
+	out := h.process(j)
+	if out.Dispatched != 8 || out.Layers != 1 {
+		t.Fatalf("outcome = %+v, want 8 frames on two 4-core hosts", out)
+	}
+	if h.hosts.Checkouts != 2 {
+		t.Fatalf("%d checkouts, want 2", h.hosts.Checkouts)
+	}
+	// Booked something: the layer is not backed off.
+	if held := h.backoff.Held(h.cluster.Key()); len(held) != 0 {
+		t.Fatalf("layer backed off after booking: %v", held)
+	}
+	if h.permits.Len() != 0 {
+		t.Fatalf("permit leaked")
+	}
+}
+
+func TestProcessAttemptsBudget(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	h.host(4, "")
+	h.host(4, "")
+	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(10)}})
+	if out := h.process(j); out.Dispatched != 4 {
+		t.Fatalf("outcome = %+v, want one host's worth with one attempt", out)
+	}
+}
+
+func TestProcessNoCandidateBacksOff(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 10)
+	h.host(4, "linux")
+	big := farmtest.LayerSpec{Tags: []string{"general"}, Frames: 2, Cores: 16, MemKB: farmtest.GB}
+	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{big}})
+	if out := h.process(j); out.Dispatched != 0 || out.Layers != 1 {
+		t.Fatalf("outcome = %+v", out)
+	}
+	if held := h.backoff.Held(h.cluster.Key()); len(held) != 1 {
+		t.Fatalf("held = %v, want the layer", held)
+	}
+	// Backed off: the next pass does not even look at it.
+	if out := h.process(j); out.Layers != 0 {
+		t.Fatalf("backed-off layer worked again: %+v", out)
+	}
+	// OS mismatch is also no candidate.
+	j2 := h.job(farmtest.JobSpec{OS: "rocky9", Layers: []farmtest.LayerSpec{layer(2)}})
+	if out := h.process(j2); out.Dispatched != 0 {
+		t.Fatalf("frame of an OS-constrained job landed on a host of another OS: %+v", out)
+	}
+}
+
+func TestProcessSkipsForeignTagsAndHeldPermits(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 10)
+	h.host(8, "")
+	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(2, "gpu"), layer(2)}})
+	ls, err := jobs.Layers(context.Background(), h.pool, jobs.LayerQuery{JobID: j.ID, Tags: []string{"general"}})
+	if err != nil || len(ls) != 1 {
+		t.Fatalf("layers = %v, %v", ls, err)
+	}
+	if !h.permits.Acquire(ls[0].ID, time.Minute) {
+		t.Fatal("could not take the permit")
+	}
+	if out := h.process(j); out.Dispatched != 0 || out.Layers != 0 {
+		t.Fatalf("layer with a held permit was worked: %+v", out)
+	}
+	h.permits.Release(ls[0].ID)
+	if out := h.process(j); out.Dispatched != 2 {
+		t.Fatalf("outcome = %+v", out)
+	}
+}
+
+func TestProcessStopsAtJobCap(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 10)
+	h.host(8, "")
+	h.host(8, "")
+	j := h.job(farmtest.JobSpec{MaxCores: 3, Layers: []farmtest.LayerSpec{layer(5), layer(5)}})
+	out := h.process(j)
+	if out.Dispatched != 3 {
+		t.Fatalf("outcome = %+v, want 3 (job cap)", out)
+	}
+	var booked int64
+	if err := h.pool.QueryRow(context.Background(), `SELECT COALESCE(SUM(int_cores_reserved),0) FROM proc WHERE pk_job = $1`, j.ID).Scan(&booked); err != nil || booked != 300 {
+		t.Fatalf("booked %d centicores, %v", booked, err)
+	}
+}
+
+// A host whose RQD cannot be reached is held out of later checkouts, so the
+// layer's frames go elsewhere instead of bouncing off it.
+func TestProcessQuarantinesUnreachableHosts(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 10)
+	h.host(4, "") // h1..: the first host, picked first by best fit
+	h.fake.SetHost("h1", fakerqd.Behavior{Mode: fakerqd.Unreachable})
+	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(3)}})
+	if out := h.process(j); out.Dispatched != 0 {
+		t.Fatalf("outcome with only an unreachable host = %+v", out)
+	}
+	attempts := func() int {
+		n := 0
+		for _, l := range h.fake.Launches() {
+			if l.Host == "h1" {
+				if l.Started {
+					t.Fatal("a frame started on the unreachable host")
+				}
+				n++
+			}
+		}
+		return n
+	}
+	first := attempts()
+	if first != 6 { // three frames, each retried once on UNAVAILABLE
+		t.Fatalf("%d launch attempts on the unreachable host, want 6", first)
+	}
+	// The layer found no usable host, so it backed off; lift that.
+	for _, l := range h.backoff.Held(h.cluster.Key()) {
+		h.backoff.Booked(h.cluster.Key(), l)
+	}
+	h.host(4, "")
+	out := h.process(j)
+	if out.Dispatched != 3 {
+		t.Fatalf("outcome = %+v, want the frames on the healthy host", out)
+	}
+	if n := attempts(); n != first {
+		t.Fatalf("the quarantined host got %d more launch attempts", n-first)
+	}
+}

@@ -1,0 +1,36 @@
+package matcher
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	noCandidate  prometheus.Counter
+	candidates   prometheus.Histogram
+	permitDenied prometheus.Counter
+	quarantined  prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		noCandidate: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scheduler_no_candidate_iterations_total",
+			Help: "Host checkouts that found no fitting host.",
+		}),
+		candidates: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "scheduler_candidates_per_layer",
+			Help:    "Host checkouts made for one layer in one pass.",
+			Buckets: []float64{1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 50, 100},
+		}),
+		permitDenied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scheduler_layer_permit_denied_total",
+			Help: "Layers skipped because another pass of this process holds their permit.",
+		}),
+		quarantined: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scheduler_hosts_quarantined_total",
+			Help: "Hosts held out of checkouts after a failed RQD launch.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.noCandidate, m.candidates, m.permitDenied, m.quarantined)
+	}
+	return m
+}

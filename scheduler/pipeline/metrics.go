@@ -1,0 +1,42 @@
+package pipeline
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	jobsQueried   prometheus.Counter
+	jobsProcessed prometheus.Counter
+	jobQuery      prometheus.Histogram
+	passes        *prometheus.CounterVec
+	perPass       *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		jobsQueried: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scheduler_jobs_queried_total",
+			Help: "Jobs returned by pending-job queries.",
+		}),
+		jobsProcessed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scheduler_jobs_processed_total",
+			Help: "Jobs handed to the matcher.",
+		}),
+		jobQuery: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "scheduler_job_query_duration_seconds",
+			Help:    "Latency of the pending-job query.",
+			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16),
+		}),
+		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scheduler_pass_terminated_reason_total",
+			Help: "Cluster passes by how they ended (booked, saturated, no_jobs, query_error, alloc_full, cancelled).",
+		}, []string{"reason"}),
+		perPass: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "scheduler_frames_dispatched_per_pass",
+			Help:    "Frames dispatched by one cluster pass, by cluster type.",
+			Buckets: []float64{0, 1, 2, 5, 10, 20, 50, 100, 200, 500},
+		}, []string{"cluster_type"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.jobsQueried, m.jobsProcessed, m.jobQuery, m.passes, m.perPass)
+	}
+	return m
+}

@@ -1,0 +1,310 @@
+// Package pipeline is the scheduler's proactive loop: workers take clusters
+// from the feed, query the cluster's pending jobs, let the matcher work
+// them, and hand the cluster back with a sleep that depends on what the
+// pass found (rust-scheduler §4.1–4.2).
+//
+//	no jobs (or the job query failed)       -> cluster_empty_sleep (30 s)
+//	jobs, but no frame booked               -> cluster_saturated_sleep (5 s)
+//	an allocation cluster at its burst      -> cluster_empty_sleep
+//	frames booked                           -> no sleep: go round again
+//
+// The saturated sleep is an upper bound. With a Capacity (the host cache),
+// a pass takes a watch of its cluster's host groups before its first query
+// and sleeps on it: when a host of those groups gains idle resources that
+// fit a layer that missed there (a frame finished and the WAL says so, a
+// check-in returned a host, a host came up), the cluster is handed out again
+// at once, and the layers that missed there are released from their
+// backoff by the same generations (see scheduler/hostcache, "Capacity
+// wake-ups", and jobs.Backoff). Capacity changes that fit nobody who missed
+// wake nobody, so a busy farm does not turn the sleeps and backoffs off.
+//
+// cluster_buffer_size workers run passes in parallel, each working up to
+// job_buffer_size jobs of its pass at once. Before each pass a worker waits
+// on the gates: the accounting service's (nothing is booked while Redis is
+// being bootstrapped or re-bootstrapped) and the host cache's (its first
+// snapshot). A job that finds its show unseeded, or its allocation cluster
+// at burst, stops the pass from starting more jobs; jobs already running
+// finish their batches rather than being cancelled mid-booking.
+//
+// NewScheduler assembles one instance from the configuration: the cluster
+// feed (facility scoping, ignore_tags, reload, awake gate), the
+// replication-fed host cache (scheduler/hostcache), the Redis publisher and
+// the accounting service (bootstrap, booking gate, leader-elected recompute
+// and reseed loops), the dispatcher with its RQD client pool, and the
+// matcher. It detects which optional Cuebot columns the database has
+// (layer.ts_start_after, frame.ts_eligible) and adapts the queries, so an
+// older Cuebot schema works too. Run runs the pipeline and those loops;
+// cancelling it drains: workers stop taking clusters, batches in flight
+// finish (their launches and compensations use detached contexts).
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cuesched/cuesched/scheduler/clusters"
+	"github.com/cuesched/cuesched/scheduler/jobs"
+	"github.com/cuesched/cuesched/scheduler/matcher"
+)
+
+// Gate blocks booking while accounting is not ready (bootstrap, Redis
+// re-bootstrap). Wait returns nil when booking may proceed.
+type Gate interface {
+	Wait(ctx context.Context) error
+}
+
+// Capacity tells the pipeline when hosts gain capacity (the host cache's
+// capacity generations; see scheduler/hostcache).
+type Capacity interface {
+	// Watch returns a watch of the host groups of c's tags. It moves when
+	// one of them gains capacity that may fit a checkout that missed there
+	// since the watch was taken.
+	Watch(c *clusters.Cluster) clusters.Watch
+	// Changed returns a channel closed at the next capacity change
+	// anywhere; take a new one after every wake-up.
+	Changed() <-chan struct{}
+}
+
+// Worker is what works the jobs of a pass (matcher.Matcher).
+type Worker interface {
+	Process(ctx context.Context, c *clusters.Cluster, job jobs.Job) (matcher.Outcome, error)
+}
+
+// Config holds the loop's knobs.
+type Config struct {
+	ClusterBuffer  int // clusters processed concurrently (3)
+	JobBuffer      int // jobs processed concurrently per pass (3)
+	MaxJobsPerPass int // LIMIT of the pending-job query (20)
+	CoreUnit       int // centicores per core (100)
+	AgeRelief      time.Duration
+	EmptySleep     time.Duration // 30 s
+	SaturatedSleep time.Duration // 5 s
+	// Schema adapts the job query to the database (nil: current).
+	Schema *jobs.Schema
+}
+
+// Options are the pipeline's dependencies.
+type Options struct {
+	Logger     hclog.Logger
+	Registerer prometheus.Registerer
+	// Gate, if set, is waited on before every pass.
+	Gate Gate
+	// Capacity, if set, cuts a saturated cluster's sleep short when hosts
+	// of its groups gain capacity for a layer that missed there.
+	Capacity Capacity
+}
+
+// Pipeline runs passes until its context ends.
+type Pipeline struct {
+	db       jobs.DB
+	feed     *clusters.Feed
+	worker   Worker
+	cfg      Config
+	gate     Gate
+	capacity Capacity
+	log      hclog.Logger
+	m        *metrics
+}
+
+// New returns a pipeline over feed and worker.
+func New(db jobs.DB, feed *clusters.Feed, worker Worker, cfg Config, o Options) *Pipeline {
+	if cfg.ClusterBuffer <= 0 {
+		cfg.ClusterBuffer = 3
+	}
+	if cfg.JobBuffer <= 0 {
+		cfg.JobBuffer = 3
+	}
+	if cfg.MaxJobsPerPass <= 0 {
+		cfg.MaxJobsPerPass = 20
+	}
+	if cfg.CoreUnit <= 0 {
+		cfg.CoreUnit = 100
+	}
+	if cfg.EmptySleep <= 0 {
+		cfg.EmptySleep = 30 * time.Second
+	}
+	if cfg.SaturatedSleep <= 0 {
+		cfg.SaturatedSleep = 5 * time.Second
+	}
+	log := o.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	return &Pipeline{db: db, feed: feed, worker: worker, cfg: cfg, gate: o.Gate, capacity: o.Capacity, log: log.Named("pipeline"), m: newMetrics(o.Registerer)}
+}
+
+// Run runs the feed's refresh loop and the workers until ctx ends. It
+// returns nil on cancellation, after every pass in flight has finished.
+func (p *Pipeline) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = p.feed.Run(ctx)
+	}()
+	if p.capacity != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.forwardWakeups(ctx)
+		}()
+	}
+	for i := 0; i < p.cfg.ClusterBuffer; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.work(ctx)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// forwardWakeups pokes the feed at every capacity change, so workers
+// waiting for a cluster look at the sleeping clusters' watches.
+func (p *Pipeline) forwardWakeups(ctx context.Context) {
+	for {
+		ch := p.capacity.Changed()
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+			p.feed.Poke()
+		}
+	}
+}
+
+func (p *Pipeline) work(ctx context.Context) {
+	for ctx.Err() == nil {
+		if p.gate != nil {
+			if err := p.gate.Wait(ctx); err != nil {
+				return
+			}
+		}
+		c, err := p.feed.Next(ctx)
+		if err != nil {
+			return
+		}
+		r := p.Pass(ctx, c)
+		p.feed.DoneWatch(c, r.Sleep, r.Wake)
+	}
+}
+
+// Reason says how a pass ended.
+type Reason string
+
+// Pass outcomes (label values of scheduler_pass_terminated_reason_total).
+const (
+	Booked     Reason = "booked"
+	Saturated  Reason = "saturated"
+	NoJobs     Reason = "no_jobs"
+	QueryError Reason = "query_error"
+	AllocFull  Reason = "alloc_full"
+	Cancelled  Reason = "cancelled"
+)
+
+// PassResult reports one pass.
+type PassResult struct {
+	Jobs       int
+	Dispatched int
+	Reason     Reason
+	Sleep      time.Duration
+	// Wake, set for a saturated pass when the pipeline has a Capacity,
+	// ends the sleep early: it was taken before the pass's first query, so
+	// no capacity gain after the pass's misses can go unnoticed.
+	Wake clusters.Watch
+}
+
+// Pass works one cluster once.
+func (p *Pipeline) Pass(ctx context.Context, c *clusters.Cluster) PassResult {
+	r := p.pass(ctx, c)
+	p.m.passes.WithLabelValues(string(r.Reason)).Inc()
+	p.m.perPass.WithLabelValues(c.Type().Label()).Observe(float64(r.Dispatched))
+	return r
+}
+
+func (p *Pipeline) pass(ctx context.Context, c *clusters.Cluster) PassResult {
+	var wake clusters.Watch
+	if p.capacity != nil {
+		wake = p.capacity.Watch(c)
+	}
+	start := time.Now()
+	js, err := jobs.Pending(ctx, p.db, jobs.PendingQuery{
+		ShowID: c.ShowID, FacilityID: c.FacilityID, Tags: c.TagNames(), Limit: p.cfg.MaxJobsPerPass,
+		CoreUnit: p.cfg.CoreUnit, AgeRelief: p.cfg.AgeRelief, Schema: p.cfg.Schema,
+	})
+	p.m.jobQuery.Observe(time.Since(start).Seconds())
+	if err != nil {
+		if ctx.Err() != nil {
+			return PassResult{Reason: Cancelled}
+		}
+		p.log.Warn("pending-job query failed", "cluster", c.Key(), "error", err)
+		return PassResult{Reason: QueryError, Sleep: p.cfg.EmptySleep}
+	}
+	p.m.jobsQueried.Add(float64(len(js)))
+	if len(js) == 0 {
+		return PassResult{Reason: NoJobs, Sleep: p.cfg.EmptySleep}
+	}
+
+	// A job that finds the show unseeded or this allocation at its burst
+	// stops the pass from starting more jobs; jobs already running finish
+	// their batches (cancelling them would only roll bookings back).
+	var (
+		mu        sync.Mutex
+		total     int
+		stop      bool
+		allocFull bool
+		wg        sync.WaitGroup
+		sem       = make(chan struct{}, p.cfg.JobBuffer)
+	)
+	stopped := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return stop
+	}
+	for _, j := range js {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil || stopped() {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out, err := p.worker.Process(ctx, c, j)
+			p.m.jobsProcessed.Inc()
+			mu.Lock()
+			defer mu.Unlock()
+			total += out.Dispatched
+			if err != nil && !errors.Is(err, context.Canceled) {
+				p.log.Warn("job processing failed", "job", j.Name, "error", err)
+			}
+			if out.StopShow || out.AllocFull {
+				stop = true
+				allocFull = allocFull || out.AllocFull
+			}
+		}()
+	}
+	wg.Wait()
+
+	res := PassResult{Jobs: len(js), Dispatched: total}
+	switch {
+	case ctx.Err() != nil:
+		res.Reason = Cancelled
+	case allocFull:
+		res.Reason, res.Sleep = AllocFull, p.cfg.EmptySleep
+	case total == 0:
+		res.Reason, res.Sleep, res.Wake = Saturated, p.cfg.SaturatedSleep, wake
+	default:
+		res.Reason = Booked
+	}
+	return res
+}

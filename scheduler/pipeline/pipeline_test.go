@@ -1,0 +1,245 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cuesched/cuesched/migrations/migrationstest"
+	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/scheduler/clusters"
+	"github.com/cuesched/cuesched/scheduler/farmtest"
+	"github.com/cuesched/cuesched/scheduler/pipeline"
+	"github.com/cuesched/cuesched/scheduler/testdouble/fakerqd"
+	"github.com/cuesched/cuesched/shared/config"
+	"github.com/cuesched/cuesched/shared/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+type world struct {
+	pool     *pgxpool.Pool
+	seed     *farmtest.Seeder
+	pub      *publisher.Publisher
+	rdbURL   string
+	facility string
+	alloc    string
+	show     farmtest.Show
+}
+
+func newWorld(t *testing.T, hosts int) *world {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	w := &world{pool: pool, seed: &farmtest.Seeder{DB: pool}, rdbURL: testenv.NewRedisDB(t)}
+	rdb, err := publisher.NewClient(publisher.ClientConfig{URL: w.rdbURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	if w.pub, err = publisher.New(rdb, publisher.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	must := func(s string, err error) string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	w.facility = must(w.seed.Facility(ctx, "spi"))
+	if w.show, err = w.seed.Show(ctx, "show", true); err != nil {
+		t.Fatal(err)
+	}
+	w.alloc = must(w.seed.Alloc(ctx, w.facility, "spi.general", "general"))
+	must(w.seed.Subscribe(ctx, w.show, w.alloc, 100, 100))
+	for i := 0; i < hosts; i++ {
+		must(w.seed.Host(ctx, farmtest.HostSpec{Name: "h" + string(rune('a'+i)), Alloc: w.alloc, AllocTag: "general", Cores: 4}))
+	}
+	return w
+}
+
+func (w *world) job(t *testing.T, name string, frames int) {
+	t.Helper()
+	if _, err := w.seed.Job(context.Background(), farmtest.JobSpec{Name: name, Show: w.show, Facility: w.facility,
+		Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: frames, NotThreadable: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := farmtest.SeedAccounting(context.Background(), w.pool, w.pub, w.show.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testConfig(w *world) config.Config {
+	cfg := config.Default()
+	cfg.Database.URL = "postgres://unused"
+	cfg.Accounting.RedisURL = w.rdbURL
+	cfg.Scheduler.Facility = "spi"
+	cfg.RQD.DryRun = true
+	cfg.Queue.ClusterEmptySleep = config.Duration(time.Hour)
+	cfg.Queue.ClusterSaturatedSleep = config.Duration(time.Minute)
+	return cfg
+}
+
+// scheduler builds a scheduler over w. Without Deps.Hosts it uses the real
+// replication-fed host cache when realCache is set, else the DB stand-in.
+func (w *world) scheduler(t *testing.T, cfg config.Config, d pipeline.Deps, realCache ...bool) *pipeline.Scheduler {
+	t.Helper()
+	d.Pool = w.pool
+	if d.Hosts == nil && len(realCache) == 0 {
+		d.Hosts = farmtest.NewDBHosts(w.pool)
+	}
+	d.Registerer = prometheus.NewRegistry()
+	s, err := pipeline.NewScheduler(context.Background(), cfg, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func allocCluster(w *world) *clusters.Cluster {
+	return clusters.New(w.facility, w.show.ID, []clusters.Tag{{Name: "general", Type: clusters.Alloc, AllocID: w.alloc}})
+}
+
+func TestPassOutcomes(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 1)
+	s := w.scheduler(t, testConfig(w), pipeline.Deps{NoAccounting: true})
+	c := allocCluster(w)
+	ctx := context.Background()
+
+	r := s.Pipeline.Pass(ctx, c)
+	if r.Reason != pipeline.NoJobs || r.Sleep != time.Hour {
+		t.Fatalf("empty cluster pass = %+v", r)
+	}
+	w.job(t, "j1", 6)
+	r = s.Pipeline.Pass(ctx, c)
+	if r.Reason != pipeline.Booked || r.Dispatched != 4 || r.Sleep != 0 || r.Jobs != 1 {
+		t.Fatalf("pass with work = %+v, want 4 booked on the 4-core host", r)
+	}
+	r = s.Pipeline.Pass(ctx, c)
+	if r.Reason != pipeline.Saturated || r.Dispatched != 0 || r.Sleep != time.Minute {
+		t.Fatalf("pass on a full farm = %+v", r)
+	}
+	var running int64
+	if err := w.pool.QueryRow(ctx, `SELECT count(*) FROM frame WHERE str_state = 'RUNNING'`).Scan(&running); err != nil || running != 4 {
+		t.Fatalf("%d frames running (dry run books in Postgres), %v", running, err)
+	}
+}
+
+type countingGate struct {
+	open  atomic.Bool
+	waits atomic.Int64
+}
+
+func (g *countingGate) Wait(ctx context.Context) error {
+	g.waits.Add(1)
+	for !g.open.Load() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// Run books nothing while the gate is closed, then drains the work.
+func TestRunWaitsForTheGate(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 2)
+	w.job(t, "j1", 5)
+	cfg := testConfig(w)
+	cfg.Queue.ActiveScanInterval = config.Duration(20 * time.Millisecond)
+	gate := &countingGate{}
+	s := w.scheduler(t, cfg, pipeline.Deps{NoAccounting: true, Gate: gate})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	count := func() int64 {
+		var n int64
+		if err := w.pool.QueryRow(context.Background(), `SELECT count(*) FROM proc`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	time.Sleep(150 * time.Millisecond)
+	if n := count(); n != 0 || gate.waits.Load() == 0 {
+		t.Fatalf("booked %d frames with the gate closed (waits %d)", n, gate.waits.Load())
+	}
+	gate.open.Store(true)
+	deadline := time.Now().Add(10 * time.Second)
+	for count() != 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of 5 frames booked after the gate opened", count())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestNewSchedulerErrors(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 0)
+	cfg := testConfig(w)
+	cfg.Scheduler.Facility = "atlantis"
+	_, err := pipeline.NewScheduler(context.Background(), cfg, pipeline.Deps{Pool: w.pool, Hosts: farmtest.NewDBHosts(w.pool), NoAccounting: true})
+	if !errors.Is(err, clusters.ErrUnknownFacility) || !strings.Contains(err.Error(), "atlantis") {
+		t.Fatalf("unknown facility: %v", err)
+	}
+}
+
+// The real accounting service gates booking until it has bootstrapped
+// Redis and the real host cache until it has its snapshot; then the
+// scheduler launches on RQD.
+func TestSchedulerWithAccountingLaunches(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 1)
+	if _, err := w.seed.Job(context.Background(), farmtest.JobSpec{Name: "j", Show: w.show, Facility: w.facility,
+		Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 3, NotThreadable: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	fake, err := fakerqd.Start(fakerqd.Config{Default: fakerqd.Behavior{RunTime: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Stop()
+	cfg := testConfig(w)
+	cfg.RQD.DryRun = false
+	cfg.Queue.ActiveScanInterval = config.Duration(20 * time.Millisecond)
+	cfg.Accounting.LeaderPollInterval = config.Duration(50 * time.Millisecond)
+	s := w.scheduler(t, cfg, pipeline.Deps{RQDResolve: fake.Resolve}, true)
+	if s.Accounting == nil || s.HostCache == nil {
+		t.Fatal("no accounting service or host cache")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	for len(fake.Running("ha")) != 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d frames running on RQD, want 3", len(fake.Running("ha")))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

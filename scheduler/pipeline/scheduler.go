@@ -1,0 +1,332 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+
+	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/scheduler/accounting"
+	"github.com/cuesched/cuesched/scheduler/clusters"
+	"github.com/cuesched/cuesched/scheduler/dispatch"
+	"github.com/cuesched/cuesched/scheduler/hostcache"
+	"github.com/cuesched/cuesched/scheduler/hostcache/matcherhosts"
+	"github.com/cuesched/cuesched/scheduler/jobs"
+	"github.com/cuesched/cuesched/scheduler/matcher"
+	"github.com/cuesched/cuesched/scheduler/reserve"
+	"github.com/cuesched/cuesched/scheduler/rqdclient"
+	"github.com/cuesched/cuesched/shared/config"
+	sharedmetrics "github.com/cuesched/cuesched/shared/metrics"
+)
+
+// Deps supplies what the configuration cannot: shared connections (nil:
+// opened from the config), the host cache, the accounting gate and loops,
+// and test hooks.
+type Deps struct {
+	Pool  *pgxpool.Pool
+	Redis redis.UniversalClient
+	// Hosts is the host cache the matcher checks hosts out of. Nil: the
+	// replication-fed hostcache built from the configuration (its stream
+	// runs as one of the scheduler's loops and passes wait for its first
+	// snapshot).
+	Hosts matcher.Hosts
+	// Gate is waited on before every pass. Nil: the accounting service's
+	// readiness (booking paused until Redis is bootstrapped).
+	Gate Gate
+	// NoAccounting skips the accounting service (bootstrap, reseed and
+	// recompute loops). For tests that seed Redis themselves; a production
+	// scheduler always runs it (only the elected leader runs the loops).
+	NoAccounting bool
+	// Loops run next to the pipeline for the scheduler's lifetime (host
+	// cache stream, accounting loops); an error from one stops the
+	// scheduler.
+	Loops []func(ctx context.Context) error
+	// RQDResolve maps a host name to the address dialed (tests aim it at a
+	// fake RQD); nil dials "<name>:<rqd.grpc_port>".
+	RQDResolve     func(host string) string
+	RQDDialOptions []grpc.DialOption
+	Logger         hclog.Logger
+	Registerer     prometheus.Registerer
+	Health         *sharedmetrics.Health
+}
+
+// Scheduler is one assembled scheduler instance.
+type Scheduler struct {
+	Feed     *clusters.Feed
+	Pipeline *Pipeline
+	Matcher  *matcher.Matcher
+	// Backoff is the matcher's per-(cluster, layer) backoff.
+	Backoff    *jobs.Backoff
+	Dispatcher *dispatch.Dispatcher
+	Publisher  *publisher.Publisher
+	// Accounting is nil with Deps.NoAccounting.
+	Accounting *accounting.Service
+	// HostCache is nil when Deps.Hosts was given.
+	HostCache *hostcache.Cache
+
+	pool      *pgxpool.Pool
+	rdb       redis.UniversalClient
+	rqd       *rqdclient.Pool
+	ownPool   bool
+	ownRedis  bool
+	loops     []func(context.Context) error
+	log       hclog.Logger
+	closeOnce sync.Once
+}
+
+func kb(s config.Size) int64 { return int64(s) / 1024 }
+
+// NewScheduler assembles a scheduler from cfg: it resolves the facility,
+// loads the cluster set and wires the feed, matcher, dispatcher and RQD
+// client. It does not book anything until Run.
+func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err error) {
+	log := d.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	s := &Scheduler{pool: d.Pool, rdb: d.Redis, loops: append([]func(context.Context) error(nil), d.Loops...), log: log}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if s.pool == nil {
+		pc, err := pgxpool.ParseConfig(cfg.Database.URL)
+		if err != nil {
+			return nil, fmt.Errorf("database.url: %w", err)
+		}
+		if cfg.Database.PoolSize > 0 {
+			pc.MaxConns = int32(cfg.Database.PoolSize)
+		}
+		if t := cfg.Database.ConnectTimeout.D(); t > 0 {
+			pc.ConnConfig.ConnectTimeout = t
+		}
+		s.pool, err = pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			return nil, fmt.Errorf("database: %w", err)
+		}
+		s.ownPool = true
+	}
+	if s.rdb == nil {
+		s.rdb, err = publisher.NewClient(publisher.ClientConfig{URL: cfg.Accounting.RedisURL,
+			MasterName: cfg.Accounting.SentinelMaster, SentinelAddrs: cfg.Accounting.SentinelAddrs,
+			PoolSize: cfg.Accounting.RedisPoolSize})
+		if err != nil {
+			return nil, fmt.Errorf("accounting: %w", err)
+		}
+		s.ownRedis = true
+	}
+	s.Publisher, err = publisher.New(s.rdb, publisher.Options{Logger: log, Registerer: d.Registerer})
+	if err != nil {
+		return nil, err
+	}
+
+	q := cfg.Queue
+	facilityID := ""
+	if cfg.Scheduler.Facility != "" {
+		facilityID, err = clusters.ResolveFacility(ctx, s.pool, cfg.Scheduler.Facility)
+		if err != nil {
+			return nil, fmt.Errorf("scheduler.facility: %w", err)
+		}
+	}
+	s.Feed, err = clusters.NewFeed(ctx, s.pool, clusters.FeedOptions{
+		Load: clusters.LoadOptions{FacilityID: facilityID, IgnoreTags: cfg.Scheduler.IgnoreTags,
+			ManualChunkSize: q.ManualTagsChunkSize, HostnameChunkSize: q.HostnameTagsChunkSize},
+		ReloadInterval: q.ClusterReloadInterval.D(), ScanInterval: q.ActiveScanInterval.D(),
+		Logger: log, Registerer: d.Registerer,
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	schema, err := jobs.DetectSchema(ctx, s.pool)
+	if err != nil {
+		return nil, err
+	}
+	if !schema.StartAfter || !schema.FrameEligible {
+		log.Warn("older Cuebot schema: deferred layers (V47) or frame eligibility times (V41) missing; queries adapted",
+			"ts_start_after", schema.StartAfter, "ts_eligible", schema.FrameEligible)
+	}
+
+	unit := int64(q.CoreMultiplier)
+	if unit <= 0 {
+		unit = 100
+	}
+	policy := reserve.Policy{CoreUnit: unit, StrandedMemKB: kb(q.MemoryStrandedThreshold)}
+	if !cfg.RQD.DryRun {
+		resolve := d.RQDResolve
+		if resolve == nil && cfg.RQD.AddressOverride != "" {
+			// Demos and fault tests: one fake RQD answers for every host
+			// (the host name travels in the x-cuesched-host metadata).
+			override := cfg.RQD.AddressOverride
+			resolve = func(string) string { return override }
+		}
+		s.rqd = rqdclient.New(rqdclient.Options{Port: cfg.RQD.GRPCPort, Resolve: resolve, DialOptions: d.RQDDialOptions,
+			ConnectTimeout: cfg.RQD.ConnectTimeout.D(), RequestTimeout: cfg.RQD.RequestTimeout.D(), Logger: log})
+	}
+	var launcher dispatch.Launcher
+	if s.rqd != nil {
+		launcher = s.rqd
+	}
+	s.Dispatcher = dispatch.New(s.pool, s.Publisher, launcher, dispatch.Config{
+		CoreUnit: unit, MemReservedMinKB: kb(q.MemReservedMin), StrandedMemKB: policy.StrandedMemKB,
+		SelfishServices: q.SelfishServices, SoftLimit: q.FrameMemorySoftLimit, HardLimit: q.FrameMemoryHardLimit,
+		DryRun: cfg.RQD.DryRun, Schema: &schema,
+	}, dispatch.Options{Logger: log, Registerer: d.Registerer})
+
+	hosts := d.Hosts
+	var gates []Gate
+	var capacity Capacity
+	if hosts == nil {
+		hc := hostcache.ConfigFrom(cfg)
+		hc.ConnString = s.pool.Config().ConnString()
+		s.HostCache, err = hostcache.New(hc, hostcache.Options{Logger: log, Registerer: d.Registerer})
+		if err != nil {
+			return nil, err
+		}
+		hosts = matcherhosts.New(s.HostCache)
+		capacity = cacheCapacity{s.HostCache}
+		s.loops = append(s.loops, s.HostCache.Run)
+		gates = append(gates, GateFunc(s.HostCache.WaitReady))
+		if d.Health != nil {
+			d.Health.SetCheck("hostcache", func() error {
+				if !s.HostCache.Ready() {
+					return errors.New("host cache: initial snapshot not loaded yet")
+				}
+				return nil
+			})
+		}
+	}
+
+	s.Backoff = jobs.NewBackoff(q.LayerBackoffMin.D(), q.LayerBackoffMax.D())
+	maxLayers := cfg.Database.PoolSize - 1
+	if d.Pool != nil {
+		maxLayers = int(d.Pool.Config().MaxConns) - 1
+	}
+	s.Matcher = matcher.New(s.pool, hosts, s.Dispatcher, matcher.Config{
+		Attempts: q.HostCandidateAttemptsPerLayer, FramesPerLayer: q.DispatchFramesPerLayerLimit,
+		MaxConcurrentLayers: max(maxLayers, 1), Policy: policy, SelfishServices: q.SelfishServices, Schema: &schema,
+		HostQuarantine: q.HostQuarantine.D(),
+	}, matcher.Options{Logger: log, Registerer: d.Registerer, Backoff: s.Backoff})
+
+	if d.Gate != nil {
+		gates = append(gates, d.Gate)
+	}
+	if !d.NoAccounting {
+		s.Accounting, err = accounting.New(s.pool, s.Publisher, accounting.Config{
+			RecomputeInterval:   cfg.Accounting.RecomputeInterval.D(),
+			LimitReseedInterval: cfg.Accounting.LimitReseedInterval.D(),
+			LeaderPollInterval:  cfg.Accounting.LeaderPollInterval.D(),
+		}, log, d.Registerer)
+		if err != nil {
+			return nil, err
+		}
+		s.loops = append(s.loops, s.Accounting.Run)
+		if d.Gate == nil {
+			gates = append(gates, GateFunc(s.Accounting.WaitReady))
+		}
+		if d.Health != nil {
+			d.Health.SetCheck("accounting", s.Accounting.ReadyErr)
+		}
+	}
+
+	s.Pipeline = New(s.pool, s.Feed, s.Matcher, Config{
+		ClusterBuffer: q.Stream.ClusterBufferSize, JobBuffer: q.Stream.JobBufferSize, MaxJobsPerPass: q.MaxJobsPerClusterPass,
+		CoreUnit: int(unit), AgeRelief: q.PriorityAgeRelief.D(),
+		EmptySleep: q.ClusterEmptySleep.D(), SaturatedSleep: q.ClusterSaturatedSleep.D(), Schema: &schema,
+	}, Options{Logger: log, Registerer: d.Registerer, Gate: allGates(gates), Capacity: capacity})
+
+	if d.Health != nil {
+		d.Health.SetCheck("scheduler", func() error {
+			if len(s.Feed.Clusters()) == 0 {
+				return errors.New("no clusters: no active scheduler-managed show with subscriptions and tagged hosts")
+			}
+			return nil
+		})
+	}
+	log.Info("scheduler assembled", "facility", cfg.Scheduler.Facility, "clusters", len(s.Feed.Clusters()),
+		"dry_run", cfg.RQD.DryRun)
+	return s, nil
+}
+
+// Run runs the pipeline and the loops until ctx ends or a loop fails.
+func (s *Scheduler) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(s.loops)+1)
+	var wg sync.WaitGroup
+	for _, loop := range s.loops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := loop(ctx); err != nil && ctx.Err() == nil {
+				errs <- err
+				cancel()
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = s.Pipeline.Run(ctx)
+	}()
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+// cacheCapacity adapts the host cache to Capacity.
+type cacheCapacity struct{ c *hostcache.Cache }
+
+func (a cacheCapacity) Watch(c *clusters.Cluster) clusters.Watch {
+	return a.c.Watch(c.FacilityID, c.ShowID, c.TagNames())
+}
+
+func (a cacheCapacity) Changed() <-chan struct{} { return a.c.CapacityChanged() }
+
+// allGates waits on every gate in turn (nil when there is none).
+func allGates(gs []Gate) Gate {
+	if len(gs) == 0 {
+		return nil
+	}
+	return GateFunc(func(ctx context.Context) error {
+		for _, g := range gs {
+			if err := g.Wait(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// GateFunc adapts a function to Gate.
+type GateFunc func(ctx context.Context) error
+
+// Wait implements Gate.
+func (f GateFunc) Wait(ctx context.Context) error { return f(ctx) }
+
+// Close releases what NewScheduler opened.
+func (s *Scheduler) Close() {
+	s.closeOnce.Do(func() {
+		if s.rqd != nil {
+			_ = s.rqd.Close()
+		}
+		if s.ownRedis && s.rdb != nil {
+			_ = s.rdb.Close()
+		}
+		if s.ownPool && s.pool != nil {
+			s.pool.Close()
+		}
+	})
+}

@@ -1,0 +1,162 @@
+package pipeline_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cuesched/cuesched/scheduler/clusters"
+	"github.com/cuesched/cuesched/scheduler/farmtest"
+	"github.com/cuesched/cuesched/scheduler/pipeline"
+	"github.com/cuesched/cuesched/shared/config"
+)
+
+// Freed capacity wakes exactly the clusters and layers waiting for it.
+// Two allocation clusters of one show, each with one 1-core host and a
+// layer of 1-core frames: both hosts fill up, both layers miss and back off
+// for a minute, both clusters sleep a minute. When the proc on the first
+// host is released in SQL (as Cuebot's unbook does it), the host cache
+// learns it from the WAL and the first layer is booked again within
+// milliseconds; the second cluster and its layer are not woken.
+func TestFreedCapacityWakesOnlyItsCluster(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := newWorld(t, 0)
+	must := func(s string, err error) string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	other := must(w.seed.Alloc(ctx, w.facility, "spi.other", "other"))
+	must(w.seed.Subscribe(ctx, w.show, other, 100, 100))
+	hostA := must(w.seed.Host(ctx, farmtest.HostSpec{Name: "ha", Alloc: w.alloc, AllocTag: "general", Cores: 1}))
+	must(w.seed.Host(ctx, farmtest.HostSpec{Name: "hb", Alloc: other, AllocTag: "other", Cores: 1}))
+	jobA, err := w.seed.Job(ctx, farmtest.JobSpec{Name: "ja", Show: w.show, Facility: w.facility,
+		Layers: []farmtest.LayerSpec{{Name: "la", Tags: []string{"general"}, Frames: 3, NotThreadable: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobB, err := w.seed.Job(ctx, farmtest.JobSpec{Name: "jb", Show: w.show, Facility: w.facility,
+		Layers: []farmtest.LayerSpec{{Name: "lb", Tags: []string{"other"}, Frames: 3, NotThreadable: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := farmtest.SeedAccounting(ctx, w.pool, w.pub, w.show.ID); err != nil {
+		t.Fatal(err)
+	}
+	clusterA := allocCluster(w)
+	clusterB := clusters.New(w.facility, w.show.ID, []clusters.Tag{{Name: "other", Type: clusters.Alloc, AllocID: other}})
+	layerA, layerB := jobA.Layers[0].ID, jobB.Layers[0].ID
+
+	cfg := testConfig(w)
+	cfg.Queue.ClusterSaturatedSleep = config.Duration(time.Minute)
+	cfg.Queue.LayerBackoffMin = config.Duration(time.Minute)
+	cfg.Queue.LayerBackoffMax = config.Duration(time.Hour)
+	cfg.Queue.ActiveScanInterval = config.Duration(50 * time.Millisecond)
+	s := w.scheduler(t, cfg, pipeline.Deps{NoAccounting: true}, true)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	procOf := func(layer string) (string, int) {
+		t.Helper()
+		var id string
+		var n int
+		if err := w.pool.QueryRow(ctx, `SELECT COALESCE(max(pk_proc), ''), count(*) FROM proc WHERE pk_layer = $1`, layer).Scan(&id, &n); err != nil {
+			t.Fatal(err)
+		}
+		return id, n
+	}
+	contains := func(xs []string, x string) bool {
+		for _, v := range xs {
+			if v == x {
+				return true
+			}
+		}
+		return false
+	}
+	// Both hosts full, both layers backed off in their clusters.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, na := procOf(layerA)
+		_, nb := procOf(layerB)
+		if na == 1 && nb == 1 && contains(s.Backoff.Held(clusterA.Key()), layerA) && contains(s.Backoff.Held(clusterB.Key()), layerB) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("setup: procs a=%d b=%d, held a=%v b=%v", na, nb, s.Backoff.Held(clusterA.Key()), s.Backoff.Held(clusterB.Key()))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // let both clusters settle into their sleep
+	released := s.Backoff.Released()
+
+	// Cuebot unbooks the proc on host a (its unbook transaction, reduced to
+	// what the host cache reads). The test server runs with
+	// synchronous_commit=off, which delays the WAL the walsender may send by
+	// up to wal_writer_delay; Cuebot commits with the default (on), so this
+	// transaction does too.
+	procA, _ := procOf(layerA)
+	start := time.Now()
+	release := func() error {
+		tx, err := w.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+			WITH p AS (DELETE FROM proc WHERE pk_proc = $1
+			           RETURNING pk_host, int_cores_reserved, int_mem_reserved, int_gpus_reserved, int_gpu_mem_reserved)
+			UPDATE host h SET int_cores_idle = h.int_cores_idle + p.int_cores_reserved,
+			       int_mem_idle = h.int_mem_idle + p.int_mem_reserved, int_gpus_idle = h.int_gpus_idle + p.int_gpus_reserved,
+			       int_gpu_mem_idle = h.int_gpu_mem_idle + p.int_gpu_mem_reserved
+			  FROM p WHERE h.pk_host = p.pk_host`, procA); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if id, n := procOf(layerA); n == 1 && id != procA {
+			break
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatal("the freed host was not rebooked within 20 s (the backoff and the sleep are a minute)")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	latency := time.Since(start)
+	t.Logf("host a rebooked %s after its proc was released", latency.Round(time.Millisecond))
+	if latency > 10*time.Second {
+		t.Fatalf("rebooked after %s: that is the timers, not the wake-up", latency)
+	}
+	var onA string
+	if err := w.pool.QueryRow(ctx, `SELECT pk_host FROM proc WHERE pk_layer = $1`, layerA).Scan(&onA); err != nil || onA != hostA {
+		t.Fatalf("new proc on %s (%v), want host a", onA, err)
+	}
+
+	// Give a wrongly woken cluster b time to run, then check it was not.
+	time.Sleep(300 * time.Millisecond)
+	if got := s.Backoff.Released() - released; got != 1 {
+		t.Fatalf("%d backoffs released early, want 1 (layer a only)", got)
+	}
+	if !contains(s.Backoff.Held(clusterB.Key()), layerB) {
+		t.Fatal("layer b was released by capacity freed in another cluster")
+	}
+	if _, nb := procOf(layerB); nb != 1 {
+		t.Fatalf("layer b has %d procs", nb)
+	}
+}

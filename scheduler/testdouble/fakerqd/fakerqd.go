@@ -1,0 +1,596 @@
+// Package fakerqd is a TEST DOUBLE for OpenCue's RQD (render host daemon).
+// It is not production code and must only be imported from tests and test
+// tools.
+//
+// One Server is a single gRPC server on 127.0.0.1 that serves
+// rqd.RqdInterface for any number of render hosts. A real dispatcher dials
+// "<host name>:8444" for every host; to aim all of those connections at one
+// fake, dial Server.Resolve(hostName) (which is simply Server.Addr()) and
+// name the host in every call in one of two ways:
+//
+//  1. gRPC metadata: send HostMetadataKey ("x-cuesched-host") with the
+//     host name. cuesched's dispatcher sends this header on every RQD call;
+//     real RQDs ignore it. WithHost adds it to a context for hand-written
+//     clients.
+//  2. The :authority header: when no x-cuesched-host metadata is present the
+//     fake takes the host part of :authority, which is the name the client
+//     dialed. It works when the client dials the host name through
+//     Server.DialContext (grpc.WithContextDialer with a "passthrough:///"
+//     target) or sets grpc.WithAuthority(hostName). A call without metadata
+//     whose :authority is a loopback address or "localhost" (as when
+//     dialing Addr directly) is refused with INVALID_ARGUMENT, since the
+//     host cannot be known.
+//
+// What happens on each host is set by a Behavior, globally (Config.Default,
+// SetDefault) or per host (Config.Hosts, SetHost): the frame run time, and
+// failure modes (refuse the launch, be unreachable, answer garbage, exit
+// non-zero, be OOM-killed). Accepted frames "run" for their run time, then
+// Config.OnComplete receives a FrameCompletion, which includes the
+// FrameCompleteReport a real RQD would send to the scheduler.
+//
+// Like the real RQDs, the fake refuses a launch with INVALID_ARGUMENT when
+// run_frame or frame_id is missing, when uid is present but <= 0, when
+// num_cores is <= 0 or not a multiple of 100, or when the same frame_id is
+// already running on that host. KillRunningFrame answers NOT_FOUND for a
+// frame that is not running there and FAILED_PRECONDITION for an empty kill
+// message.
+//
+// Every LaunchFrame call is recorded (Launches), and DoubleLaunches lists
+// the frames that were started while another copy of them was still running
+// on some host, the double-render bug a scheduler must never have.
+package fakerqd
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"net"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cuesched/cuesched/proto/hostpb"
+	"github.com/cuesched/cuesched/proto/reportpb"
+	"github.com/cuesched/cuesched/proto/rqdpb"
+)
+
+// HostMetadataKey is the gRPC metadata key naming the render host a call is
+// meant for. cuesched's dispatcher sends it on every call to an RQD.
+const HostMetadataKey = "x-cuesched-host"
+
+// WithHost returns ctx with outgoing metadata naming host, for clients that
+// call the fake directly.
+func WithHost(ctx context.Context, host string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, HostMetadataKey, host)
+}
+
+// Mode selects how a host treats the calls it receives.
+type Mode int
+
+const (
+	// Succeed accepts launches; frames exit with status 0 after their run
+	// time.
+	Succeed Mode = iota
+	// RefuseLaunch answers LaunchFrame with the error code RefuseCode
+	// (ABORTED by default). Other calls work normally.
+	RefuseLaunch
+	// Unreachable answers every call for the host with UNAVAILABLE, as a
+	// client sees it when the host is down.
+	Unreachable
+	// Garbage answers every call for the host with bytes that do not
+	// decode, so the client's call fails (grpc-go reports INTERNAL).
+	Garbage
+	// ExitNonZero accepts launches; frames end with ExitStatus (1 by
+	// default) after their run time.
+	ExitNonZero
+	// OOM accepts launches; frames end after their run time as if killed
+	// for using too much memory: exit status ExitStatus (1 by default),
+	// signal ExitSignal (9 by default) and a max RSS above the frame's hard
+	// memory limit.
+	OOM
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Succeed:
+		return "Succeed"
+	case RefuseLaunch:
+		return "RefuseLaunch"
+	case Unreachable:
+		return "Unreachable"
+	case Garbage:
+		return "Garbage"
+	case ExitNonZero:
+		return "ExitNonZero"
+	case OOM:
+		return "OOM"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// Default host size reported by ReportStatus when Behavior leaves it zero.
+const (
+	DefaultCores    = 64
+	DefaultMemoryKB = 256 << 20 // 256 GiB
+)
+
+// Behavior configures one host (or all hosts without their own Behavior).
+// The zero value accepts every valid launch and completes it at once with
+// exit status 0.
+type Behavior struct {
+	Mode Mode
+
+	// RunTime is how long an accepted frame runs. RunTimeFunc, when set,
+	// overrides it per frame.
+	RunTime     time.Duration
+	RunTimeFunc func(*rqdpb.RunFrame) time.Duration
+
+	// RefuseCode is the status code for RefuseLaunch; ABORTED when zero.
+	RefuseCode codes.Code
+	// ExitStatus and ExitSignal override the outcome of ExitNonZero (status
+	// 1, signal 0) and OOM (status 1, signal 9) when non-zero. Use signal 33
+	// to model an RQD-initiated memory kill.
+	ExitStatus int32
+	ExitSignal int32
+
+	// StartDespiteError makes RefuseLaunch, Unreachable and Garbage hosts
+	// start the frame anyway while the client still sees the error: the
+	// "reply lost after the RQD accepted the frame" case. The frame then
+	// completes with exit status 0.
+	StartDespiteError bool
+
+	// MaxRSSFunc gives the max RSS (KB) reported for a frame. By default a
+	// frame uses half its hard memory limit (the dispatcher sets the hard
+	// limit to twice the reserved memory); OOM frames always report more
+	// than their hard limit.
+	MaxRSSFunc func(*rqdpb.RunFrame) int64
+
+	// Cores (whole cores) and MemoryKB describe the host in ReportStatus;
+	// zero means DefaultCores / DefaultMemoryKB. When Cores is set
+	// explicitly, LaunchFrame also refuses (ABORTED) a frame that does not
+	// fit in the idle cores, like a real RQD; with Cores zero any number of
+	// cores may be booked.
+	Cores    int32
+	MemoryKB int64
+}
+
+// Config is the initial configuration of a Server.
+type Config struct {
+	// Default applies to every host without an entry in Hosts.
+	Default Behavior
+	// Hosts holds per-host behaviours.
+	Hosts map[string]Behavior
+	// OnComplete, if set, is called once for every frame that was started
+	// and has ended, normally or by KillRunningFrame. It runs on its own
+	// goroutine (possibly several at once) without any lock held, so it
+	// may call back into the Server. Frames still running when Stop is
+	// called never complete.
+	OnComplete func(FrameCompletion)
+}
+
+// Launch records one LaunchFrame call.
+type Launch struct {
+	// Host the call was for; empty if it could not be determined.
+	Host string
+	// RunFrame is a copy of the request's frame (nil if the request had
+	// none). Do not modify it.
+	RunFrame *rqdpb.RunFrame
+	At       time.Time
+	// Code is the status code the client was sent (codes.OK on success;
+	// Garbage hosts record codes.Internal).
+	Code codes.Code
+	// Started reports whether the frame was started and will complete.
+	Started bool
+}
+
+// FrameCompletion describes a frame that ended on a fake host.
+type FrameCompletion struct {
+	Host       string
+	FrameID    string
+	FrameName  string
+	ResourceID string
+	JobID      string
+	JobName    string
+	LayerID    string
+	ExitStatus int32
+	ExitSignal int32
+	// RunTime is the configured run time, or the time until the kill.
+	RunTime  time.Duration
+	MaxRSSKB int64
+	// NumCores is in centicores, as in RunFrame.
+	NumCores int32
+	NumGPUs  int32
+	// Killed is set when KillRunningFrame ended the frame; KillMessage is
+	// the reason given.
+	Killed      bool
+	KillMessage string
+	// Report is the FrameCompleteReport a real RQD would send for this
+	// frame.
+	Report *reportpb.FrameCompleteReport
+}
+
+type frameKey struct{ host, frameID string }
+
+type runningFrame struct {
+	host       string
+	rf         *rqdpb.RunFrame
+	started    time.Time
+	runTime    time.Duration
+	maxRSS     int64
+	exitStatus int32
+	exitSignal int32
+	timer      *time.Timer
+}
+
+// Server is the fake RQD. Create it with Start and release it with Stop.
+type Server struct {
+	lis        net.Listener
+	grpc       *grpc.Server
+	onComplete func(FrameCompletion)
+	bootTime   time.Time
+	serveErr   chan error
+
+	mu          sync.Mutex
+	def         Behavior
+	hosts       map[string]Behavior
+	running     map[frameKey]*runningFrame
+	copies      map[string]int      // frame id -> number of running copies
+	doubles     map[string]struct{} // see DoubleLaunches
+	launches    []Launch
+	completions []FrameCompletion
+	stopped     bool
+	callbacks   sync.WaitGroup // OnComplete calls in flight
+}
+
+// Start listens on a free 127.0.0.1 port and serves until Stop.
+func Start(cfg Config) (*Server, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("fakerqd: listen: %w", err)
+	}
+	s := &Server{
+		lis:        lis,
+		onComplete: cfg.OnComplete,
+		bootTime:   time.Now(),
+		serveErr:   make(chan error, 1),
+		def:        cfg.Default,
+		hosts:      make(map[string]Behavior, len(cfg.Hosts)),
+		running:    make(map[frameKey]*runningFrame),
+		copies:     make(map[string]int),
+		doubles:    make(map[string]struct{}),
+	}
+	for h, b := range cfg.Hosts {
+		s.hosts[h] = b
+	}
+	s.grpc = grpc.NewServer(
+		grpc.ForceServerCodecV2(garbageCodec{}),
+		grpc.UnaryInterceptor(garbageInterceptor),
+		// Accept the keepalive pings clients modelled on the Rust scheduler
+		// send every 30 s instead of closing the connection.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             10 * time.Second,
+			PermitWithoutStream: true,
+		}),
+	)
+	rqdpb.RegisterRqdInterfaceServer(s.grpc, &service{s: s})
+	go func() { s.serveErr <- s.grpc.Serve(lis) }()
+	return s, nil
+}
+
+// Addr is the server's "127.0.0.1:port" address.
+func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// Resolve maps a render host name to the address to dial for it: always
+// Addr. Use it as the dispatcher's host-to-address hook and send the host
+// name in HostMetadataKey (or as :authority).
+func (s *Server) Resolve(hostName string) string { return s.Addr() }
+
+// DialContext connects to the fake whatever address is asked for. Pass it to
+// grpc.WithContextDialer together with a "passthrough:///<host>:<port>"
+// target, and the fake learns the host from :authority.
+func (s *Server) DialContext(ctx context.Context, _ string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", s.Addr())
+}
+
+// SetDefault replaces the behaviour of hosts without their own. It affects
+// later calls; frames already running keep their outcome.
+func (s *Server) SetDefault(b Behavior) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.def = b
+}
+
+// SetHost sets the behaviour of one host, for later calls.
+func (s *Server) SetHost(host string, b Behavior) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hosts[host] = b
+}
+
+// ClearHost makes host use the default behaviour again.
+func (s *Server) ClearHost(host string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.hosts, host)
+}
+
+// Launches returns every LaunchFrame call received so far, in order.
+func (s *Server) Launches() []Launch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Launch(nil), s.launches...)
+}
+
+// DoubleLaunches returns, sorted, the ids of frames that were started while
+// the same frame id was still running on some host (any host: a real RQD
+// refuses a duplicate on the same host, so the fake does too). Starting a
+// frame again after it completed or was killed, as a retry does, is not a
+// double launch; count Launches for stricter checks.
+func (s *Server) DoubleLaunches() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.doubles))
+	for id := range s.doubles {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// Running returns copies of the frames running on host, or on all hosts if
+// host is empty, ordered by host and frame id.
+func (s *Server) Running(host string) []*rqdpb.RunFrame {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var rfs []*rqdpb.RunFrame
+	for _, f := range s.runningOn(host) {
+		rfs = append(rfs, proto.Clone(f.rf).(*rqdpb.RunFrame))
+	}
+	return rfs
+}
+
+// runningOn returns the frames running on host (all hosts if empty),
+// ordered by host and frame id. Callers hold s.mu.
+func (s *Server) runningOn(host string) []*runningFrame {
+	var out []*runningFrame
+	for _, f := range s.running {
+		if host == "" || f.host == host {
+			out = append(out, f)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].host != out[j].host {
+			return out[i].host < out[j].host
+		}
+		return out[i].rf.GetFrameId() < out[j].rf.GetFrameId()
+	})
+	return out
+}
+
+// Completions returns every completion reported so far, in order.
+func (s *Server) Completions() []FrameCompletion {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]FrameCompletion(nil), s.completions...)
+}
+
+// Stop shuts the server down: frames still running are dropped without a
+// completion, in-flight calls may finish (for up to 5 s), and Stop returns
+// once every OnComplete call has returned. Calling Stop again is a no-op.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.stopped = true
+	for k, f := range s.running {
+		f.timer.Stop()
+		s.remove(k)
+	}
+	s.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		s.grpc.Stop()
+		<-done
+	}
+	<-s.serveErr
+	s.callbacks.Wait()
+}
+
+// behavior returns the behaviour in force for host. Callers hold s.mu.
+func (s *Server) behavior(host string) Behavior {
+	if b, ok := s.hosts[host]; ok {
+		return b
+	}
+	return s.def
+}
+
+// hostOf finds the render host a call is for (see the package comment).
+func (s *Server) hostOf(ctx context.Context) (string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, h := range md.Get(HostMetadataKey) {
+		if h != "" {
+			return h, nil
+		}
+	}
+	if auth := md.Get(":authority"); len(auth) > 0 {
+		h := auth[0]
+		if hp, _, err := net.SplitHostPort(h); err == nil {
+			h = hp
+		}
+		ip := net.ParseIP(h)
+		if h != "" && h != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return h, nil
+		}
+	}
+	return "", errorf(codes.InvalidArgument,
+		"fakerqd: cannot tell which host this call is for: send metadata %q or dial the host name", HostMetadataKey)
+}
+
+// finish ends f unless it already ended, records the completion and hands it
+// to OnComplete on a new goroutine.
+func (s *Server) finish(f *runningFrame, killed bool, killMessage string) {
+	s.mu.Lock()
+	key := frameKey{f.host, f.rf.GetFrameId()}
+	if s.stopped || s.running[key] != f {
+		s.mu.Unlock()
+		return
+	}
+	s.remove(key)
+	f.timer.Stop()
+
+	c := FrameCompletion{
+		Host:       f.host,
+		FrameID:    f.rf.GetFrameId(),
+		FrameName:  f.rf.GetFrameName(),
+		ResourceID: f.rf.GetResourceId(),
+		JobID:      f.rf.GetJobId(),
+		JobName:    f.rf.GetJobName(),
+		LayerID:    f.rf.GetLayerId(),
+		ExitStatus: f.exitStatus,
+		ExitSignal: f.exitSignal,
+		RunTime:    f.runTime,
+		MaxRSSKB:   f.maxRSS,
+		NumCores:   f.rf.GetNumCores(),
+		NumGPUs:    f.rf.GetNumGpus(),
+	}
+	if killed {
+		// RQDs kill the process group with SIGKILL and report it as
+		// status 1, signal 9.
+		c.RunTime = time.Since(f.started)
+		c.ExitStatus, c.ExitSignal = 1, 9
+		c.Killed, c.KillMessage = true, killMessage
+	}
+	info := s.frameInfo(f)
+	info.MaxRss, info.Rss = c.MaxRSSKB, c.MaxRSSKB
+	c.Report = &reportpb.FrameCompleteReport{
+		Host:       s.renderHost(f.host),
+		Frame:      info,
+		ExitStatus: c.ExitStatus,
+		ExitSignal: c.ExitSignal,
+		RunTime:    int32(math.Round(c.RunTime.Seconds())),
+	}
+	s.completions = append(s.completions, c)
+	if s.onComplete == nil {
+		s.mu.Unlock()
+		return
+	}
+	s.callbacks.Add(1)
+	s.mu.Unlock()
+
+	go func() {
+		defer s.callbacks.Done()
+		s.onComplete(c)
+	}()
+}
+
+// add registers a started frame. Callers hold s.mu.
+func (s *Server) add(key frameKey, f *runningFrame) {
+	if s.copies[key.frameID] > 0 {
+		s.doubles[key.frameID] = struct{}{}
+	}
+	s.copies[key.frameID]++
+	s.running[key] = f
+}
+
+// remove unregisters a frame that ended. Callers hold s.mu.
+func (s *Server) remove(key frameKey) {
+	delete(s.running, key)
+	if s.copies[key.frameID]--; s.copies[key.frameID] <= 0 {
+		delete(s.copies, key.frameID)
+	}
+}
+
+// renderHost describes host as its RQD would. Callers hold s.mu.
+func (s *Server) renderHost(host string) *reportpb.RenderHost {
+	total, booked := s.coreUsage(host)
+	mem := s.behavior(host).MemoryKB
+	if mem <= 0 {
+		mem = DefaultMemoryKB
+	}
+	used := int64(0)
+	for _, f := range s.running {
+		if f.host == host {
+			used += min(f.maxRSS, f.rf.GetHardMemoryLimit())
+		}
+	}
+	return &reportpb.RenderHost{
+		Name:         host,
+		NimbyEnabled: false,
+		Facility:     "local",
+		NumProcs:     1,
+		CoresPerProc: total,
+		TotalSwap:    8 << 20,
+		TotalMem:     mem,
+		TotalMcp:     100 << 20,
+		FreeSwap:     8 << 20,
+		FreeMem:      max(mem-used, 0),
+		FreeMcp:      100 << 20,
+		Load:         booked,
+		BootTime:     int32(s.bootTime.Unix()),
+		State:        hostpb.HardwareState_UP,
+		Attributes:   map[string]string{"SP_OS": "fake", "hyperthreadingMultiplier": "1"},
+	}
+}
+
+// coreUsage returns the host's total and booked centicores. Callers hold
+// s.mu.
+func (s *Server) coreUsage(host string) (total, booked int32) {
+	for _, f := range s.running {
+		if f.host == host {
+			booked += f.rf.GetNumCores()
+		}
+	}
+	cores := s.behavior(host).Cores
+	if cores <= 0 {
+		cores = DefaultCores
+	}
+	return max(cores*100, booked), booked
+}
+
+// frameInfo describes a running frame as its RQD would. Callers hold s.mu.
+func (s *Server) frameInfo(f *runningFrame) *reportpb.RunningFrameInfo {
+	rss := f.maxRSS
+	if hard := f.rf.GetHardMemoryLimit(); hard > 0 {
+		rss = min(rss, hard)
+	}
+	start := f.rf.GetStartTime()
+	if start == 0 {
+		start = f.started.UnixMilli()
+	}
+	return &reportpb.RunningFrameInfo{
+		ResourceId: f.rf.GetResourceId(),
+		JobId:      f.rf.GetJobId(),
+		JobName:    f.rf.GetJobName(),
+		FrameId:    f.rf.GetFrameId(),
+		FrameName:  f.rf.GetFrameName(),
+		LayerId:    f.rf.GetLayerId(),
+		NumCores:   f.rf.GetNumCores(),
+		StartTime:  start,
+		MaxRss:     rss,
+		Rss:        rss,
+		MaxVsize:   rss,
+		Vsize:      rss,
+		Attributes: maps.Clone(f.rf.GetAttributes()),
+		LluTime:    time.Now().Unix(),
+		NumGpus:    f.rf.GetNumGpus(),
+		MaxPss:     rss,
+		Pss:        rss,
+	}
+}

@@ -1,0 +1,221 @@
+// Package config loads cuesched's YAML configuration.
+//
+// One file serves both daemons; each reads the sections it needs. Sections
+// mirror the reference scheduler's (database, accounting, queue, host_cache,
+// scheduler, rqd) plus ours (sidecar, logging, metrics). Loading is strict:
+// an unknown key, a malformed duration or size, or a missing file is an error
+// that names the key, the file and the line. Every key has a default (see
+// Default and the annotated example in config/example.yaml), environment
+// variables override the file (CUESCHED_<SECTION>_<KEY>, e.g.
+// CUESCHED_DATABASE_URL, CUESCHED_QUEUE_HOST_BOOKING_STRATEGY_CORE_SATURATION)
+// and command-line flags override both (applied by the caller).
+package config
+
+import (
+	"time"
+)
+
+// Config is the whole configuration.
+type Config struct {
+	Database   Database   `yaml:"database"`
+	Accounting Accounting `yaml:"accounting"`
+	Queue      Queue      `yaml:"queue"`
+	HostCache  HostCache  `yaml:"host_cache"`
+	Scheduler  Scheduler  `yaml:"scheduler"`
+	RQD        RQD        `yaml:"rqd"`
+	Sidecar    Sidecar    `yaml:"sidecar"`
+	Logging    Logging    `yaml:"logging"`
+	Metrics    Metrics    `yaml:"metrics"`
+}
+
+// Database is the Cuebot PostgreSQL database.
+type Database struct {
+	// URL is a libpq-style URL or DSN, e.g. postgres://cuebot@db:5432/cuebot.
+	URL string `yaml:"url"`
+	// PoolSize bounds the connection pool of one process.
+	PoolSize int `yaml:"pool_size"`
+	// ConnectTimeout bounds each connection attempt.
+	ConnectTimeout Duration `yaml:"connect_timeout"`
+}
+
+// Accounting is the Redis accounting store and its loops.
+type Accounting struct {
+	// RedisURL is redis://[user:pass@]host:port/db for a single node.
+	RedisURL string `yaml:"redis_url"`
+	// SentinelMaster and SentinelAddrs select Sentinel-managed Redis instead
+	// of RedisURL (the same universal client serves both).
+	SentinelMaster string   `yaml:"sentinel_master"`
+	SentinelAddrs  []string `yaml:"sentinel_addrs"`
+	RedisPoolSize  int      `yaml:"redis_pool_size"`
+	// RecomputeInterval rebuilds booked counters from SUM(proc).
+	RecomputeInterval Duration `yaml:"recompute_interval"`
+	// LimitReseedInterval copies caps (size, burst, max cores) PG -> Redis.
+	LimitReseedInterval Duration `yaml:"limit_reseed_interval"`
+	// LeaderPollInterval is how often a follower tries to take the loop lock.
+	LeaderPollInterval Duration `yaml:"leader_poll_interval"`
+}
+
+// BookingStrategy chooses Best-Fit (true) or Worst-Fit (false) per dimension.
+type BookingStrategy struct {
+	CoreSaturation   bool `yaml:"core_saturation"`
+	MemorySaturation bool `yaml:"memory_saturation"`
+}
+
+// Stream sizes the pipeline's concurrency.
+type Stream struct {
+	ClusterBufferSize int `yaml:"cluster_buffer_size"`
+	JobBufferSize     int `yaml:"job_buffer_size"`
+}
+
+// Queue is the dispatch pipeline.
+type Queue struct {
+	DispatchFramesPerLayerLimit   int             `yaml:"dispatch_frames_per_layer_limit"`
+	CoreMultiplier                int             `yaml:"core_multiplier"`
+	MemoryStrandedThreshold       Size            `yaml:"memory_stranded_threshold"`
+	ClusterEmptySleep             Duration        `yaml:"cluster_empty_sleep"`
+	ClusterSaturatedSleep         Duration        `yaml:"cluster_saturated_sleep"`
+	ClusterReloadInterval         Duration        `yaml:"cluster_reload_interval"`
+	ActiveScanInterval            Duration        `yaml:"active_scan_interval"`
+	Stream                        Stream          `yaml:"stream"`
+	MaxJobsPerClusterPass         int             `yaml:"max_jobs_per_cluster_pass"`
+	ManualTagsChunkSize           int             `yaml:"manual_tags_chunk_size"`
+	HostnameTagsChunkSize         int             `yaml:"hostname_tags_chunk_size"`
+	HostCandidateAttemptsPerLayer int             `yaml:"host_candidate_attempts_per_layer"`
+	MemReservedMin                Size            `yaml:"mem_reserved_min"`
+	SelfishServices               []string        `yaml:"selfish_services"`
+	HostBookingStrategy           BookingStrategy `yaml:"host_booking_strategy"`
+	FrameMemorySoftLimit          float64         `yaml:"frame_memory_soft_limit"`
+	FrameMemoryHardLimit          float64         `yaml:"frame_memory_hard_limit"`
+	// PriorityAgeRelief raises a waiting job's effective priority by one
+	// point per this much waiting time, so old low-priority work is not
+	// starved. Zero disables it.
+	PriorityAgeRelief Duration `yaml:"priority_age_relief"`
+	// LayerBackoffMin/Max bound the schedule-after backoff of a layer that
+	// found no host (doubling between the two).
+	LayerBackoffMin Duration `yaml:"layer_backoff_min"`
+	LayerBackoffMax Duration `yaml:"layer_backoff_max"`
+	// HostQuarantine keeps a host whose RQD refused a launch or could not
+	// be reached out of this instance's checkouts for this long.
+	HostQuarantine Duration `yaml:"host_quarantine"`
+}
+
+// HostCache is the replication-fed host cache.
+type HostCache struct {
+	MemoryKeyDivisor Size     `yaml:"memory_key_divisor"`
+	GroupIdleTimeout Duration `yaml:"group_idle_timeout"`
+	// Publication is the logical-replication publication the cache streams.
+	Publication string `yaml:"publication"`
+}
+
+// Scheduler scopes one scheduler instance.
+type Scheduler struct {
+	// Facility is a facility name (facility.str_name); empty means all.
+	Facility   string   `yaml:"facility"`
+	IgnoreTags []string `yaml:"ignore_tags"`
+	// InstanceName identifies this instance in logs and status; defaults to
+	// the hostname and pid.
+	InstanceName string `yaml:"instance_name"`
+}
+
+// RQD is how the dispatcher reaches render nodes.
+type RQD struct {
+	GRPCPort       int      `yaml:"grpc_port"`
+	DryRun         bool     `yaml:"dry_run"`
+	ConnectTimeout Duration `yaml:"connect_timeout"`
+	RequestTimeout Duration `yaml:"request_timeout"`
+	// AddressOverride dials every host at this host:port instead of
+	// "<host name>:<grpc_port>", sending the host name in the gRPC metadata
+	// key x-cuesched-host. For demos and tests against one fake RQD; leave
+	// empty in production.
+	AddressOverride string `yaml:"address_override"`
+}
+
+// Sidecar is the release publisher.
+type Sidecar struct {
+	// SlotName is the permanent replication slot; one sidecar streams it at a
+	// time and the others wait as hot standbys.
+	SlotName string `yaml:"slot_name"`
+	// Publications the slot streams.
+	Publications []string `yaml:"publications"`
+	// CreateSlot creates the slot if it does not exist.
+	CreateSlot bool `yaml:"create_slot"`
+	// MaxRetainedWAL warns loudly when the slot holds more WAL than this.
+	MaxRetainedWAL Size `yaml:"max_retained_wal"`
+	// StandbyRetry is how often a standby retries the busy slot.
+	StandbyRetry Duration `yaml:"standby_retry"`
+}
+
+// Logging configures hclog.
+type Logging struct {
+	// Level is trace, debug, info, warn or error. SIGUSR1 toggles debug.
+	Level string `yaml:"level"`
+	// Format is text or json.
+	Format string `yaml:"format"`
+}
+
+// Metrics is the HTTP endpoint for /metrics, /healthz and /readyz.
+type Metrics struct {
+	// Listen is host:port; empty disables the endpoint.
+	Listen string `yaml:"listen"`
+}
+
+// Default returns the configuration with every default filled in.
+func Default() Config {
+	return Config{
+		Database: Database{
+			URL:            "postgres://cuebot@localhost:5432/cuebot?sslmode=disable",
+			PoolSize:       20,
+			ConnectTimeout: Duration(10 * time.Second),
+		},
+		Accounting: Accounting{
+			RedisURL:            "redis://localhost:6379/0",
+			SentinelAddrs:       []string{},
+			RedisPoolSize:       20,
+			RecomputeInterval:   Duration(120 * time.Second),
+			LimitReseedInterval: Duration(300 * time.Second),
+			LeaderPollInterval:  Duration(time.Second),
+		},
+		Queue: Queue{
+			DispatchFramesPerLayerLimit:   20,
+			CoreMultiplier:                100,
+			MemoryStrandedThreshold:       2 * GiB,
+			ClusterEmptySleep:             Duration(30 * time.Second),
+			ClusterSaturatedSleep:         Duration(5 * time.Second),
+			ClusterReloadInterval:         Duration(120 * time.Second),
+			ActiveScanInterval:            Duration(2 * time.Second),
+			Stream:                        Stream{ClusterBufferSize: 3, JobBufferSize: 3},
+			MaxJobsPerClusterPass:         20,
+			ManualTagsChunkSize:           50,
+			HostnameTagsChunkSize:         50,
+			HostCandidateAttemptsPerLayer: 10,
+			MemReservedMin:                250 * MiB,
+			SelfishServices:               []string{},
+			HostBookingStrategy:           BookingStrategy{CoreSaturation: true, MemorySaturation: false},
+			FrameMemorySoftLimit:          1.6,
+			FrameMemoryHardLimit:          2.0,
+			PriorityAgeRelief:             Duration(10 * time.Minute),
+			LayerBackoffMin:               Duration(time.Second),
+			LayerBackoffMax:               Duration(30 * time.Second),
+			HostQuarantine:                Duration(30 * time.Second),
+		},
+		HostCache: HostCache{
+			MemoryKeyDivisor: 2 * GiB,
+			GroupIdleTimeout: Duration(3 * time.Hour),
+			Publication:      "cuesched_hostcache",
+		},
+		Scheduler: Scheduler{IgnoreTags: []string{}},
+		RQD: RQD{
+			GRPCPort:       8444,
+			ConnectTimeout: Duration(10 * time.Second),
+			RequestTimeout: Duration(30 * time.Second),
+		},
+		Sidecar: Sidecar{
+			SlotName:       "cuesched_sidecar",
+			Publications:   []string{"cuesched_accounting", "cuesched_proc"},
+			MaxRetainedWAL: 4 * GiB,
+			StandbyRetry:   Duration(time.Second),
+		},
+		Logging: Logging{Level: "info", Format: "text"},
+		Metrics: Metrics{Listen: ":9090"},
+	}
+}

@@ -1,0 +1,146 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func write(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "cuesched.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func noEnv(string) string { return "" }
+
+func TestExampleEqualsDefaults(t *testing.T) {
+	var cfg Config
+	if err := Parse([]byte(Example()), "example.yaml", &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cfg, Default()) {
+		t.Fatalf("example.yaml drifted from Default():\n got %+v\nwant %+v", cfg, Default())
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadOverridesDefaults(t *testing.T) {
+	p := write(t, `
+database:
+  url: postgres://x@db/cuebot
+queue:
+  cluster_empty_sleep: 45
+  memory_stranded_threshold: 512MiB
+  host_booking_strategy:
+    memory_saturation: true
+scheduler:
+  ignore_tags: [old, broken]
+`)
+	cfg, err := Load(p, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Database.URL != "postgres://x@db/cuebot" || cfg.Queue.ClusterEmptySleep.D() != 45*time.Second ||
+		cfg.Queue.MemoryStrandedThreshold != 512*MiB || !cfg.Queue.HostBookingStrategy.MemorySaturation ||
+		!cfg.Queue.HostBookingStrategy.CoreSaturation || len(cfg.Scheduler.IgnoreTags) != 2 {
+		t.Fatalf("unexpected config %+v", cfg)
+	}
+	if cfg.Database.PoolSize != 20 {
+		t.Fatal("untouched key lost its default")
+	}
+}
+
+func TestEnvOverridesFile(t *testing.T) {
+	p := write(t, "database:\n  url: postgres://file/db\n")
+	env := map[string]string{
+		"CUESCHED_DATABASE_URL":                                "postgres://env/db",
+		"CUESCHED_QUEUE_HOST_BOOKING_STRATEGY_CORE_SATURATION": "false",
+		"CUESCHED_HOST_CACHE_MEMORY_KEY_DIVISOR":               "1GiB",
+		"CUESCHED_ACCOUNTING_RECOMPUTE_INTERVAL":               "30s",
+		"CUESCHED_SIDECAR_PUBLICATIONS":                        "a, b",
+	}
+	cfg, err := Load(p, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Database.URL != "postgres://env/db" || cfg.Queue.HostBookingStrategy.CoreSaturation ||
+		cfg.HostCache.MemoryKeyDivisor != GiB || cfg.Accounting.RecomputeInterval.D() != 30*time.Second ||
+		!reflect.DeepEqual(cfg.Sidecar.Publications, []string{"a", "b"}) {
+		t.Fatalf("env not applied: %+v", cfg)
+	}
+}
+
+func TestErrorsNameKeyAndFile(t *testing.T) {
+	cases := []struct {
+		name, body string
+		env        map[string]string
+		want       []string
+	}{
+		{"unknown top-level key", "databse:\n  url: x\n", nil,
+			[]string{"cuesched.yaml:1", `key "databse"`, "unknown key", "database"}},
+		{"unknown nested key", "queue:\n  stream:\n    cluster_bufer_size: 3\n", nil,
+			[]string{"cuesched.yaml:3", `key "queue.stream.cluster_bufer_size"`, "unknown key", "cluster_buffer_size"}},
+		{"bad duration", "queue:\n  cluster_empty_sleep: soon\n", nil,
+			[]string{"cuesched.yaml:2", `key "queue.cluster_empty_sleep"`, `"soon" is not a duration`}},
+		{"bad size", "host_cache:\n  memory_key_divisor: lots\n", nil,
+			[]string{"cuesched.yaml:2", `key "host_cache.memory_key_divisor"`, `"lots" is not a size`}},
+		{"bad int", "database:\n  pool_size: many\n", nil,
+			[]string{"cuesched.yaml:2", `key "database.pool_size"`}},
+		{"not a mapping", "queue: 5\n", nil,
+			[]string{"cuesched.yaml:1", `key "queue"`, "expected a mapping"}},
+		{"invalid yaml", "queue:\n  - [\n", nil,
+			[]string{"cuesched.yaml", "not valid YAML"}},
+		{"range check", "database:\n  pool_size: 1\n", nil,
+			[]string{"cuesched.yaml", `key "database.pool_size"`, "at least 2"}},
+		{"bad log level", "logging:\n  level: loud\n", nil,
+			[]string{`key "logging.level"`, `"loud" is not one of`}},
+		{"bad env", "", map[string]string{"CUESCHED_RQD_DRY_RUN": "maybe"},
+			[]string{"config environment", `key "CUESCHED_RQD_DRY_RUN"`, "not a boolean"}},
+		{"duplicate key", "rqd:\n  grpc_port: 1\n  grpc_port: 2\n", nil,
+			[]string{"cuesched.yaml:3", "given twice"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := write(t, tc.body)
+			_, err := Load(p, func(k string) string { return tc.env[k] })
+			if err == nil {
+				t.Fatal("expected an error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"), noEnv)
+	if err == nil || !strings.Contains(err.Error(), "nope.yaml") || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]Size{"2GiB": 2 * GiB, "250MiB": 250 * MiB, "1048576": MiB, "1.5GB": 1500000000, "4g": 4 * GiB} {
+		got, err := ParseSize(in)
+		if err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1GiB", "GiB", "1.2.3MB"} {
+		if _, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) accepted", in)
+		}
+	}
+}

@@ -1,0 +1,320 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Error is a configuration error that names where it came from.
+type Error struct {
+	File string // file path, or "environment"
+	Line int    // 0 when unknown
+	Key  string // dotted key, e.g. queue.cluster_empty_sleep
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	loc := e.File
+	if e.Line > 0 {
+		loc = fmt.Sprintf("%s:%d", e.File, e.Line)
+	}
+	if e.Key == "" {
+		return fmt.Sprintf("config %s: %s", loc, e.Msg)
+	}
+	return fmt.Sprintf("config %s: key %q: %s", loc, e.Key, e.Msg)
+}
+
+// Load reads the file at path (if path is non-empty) over the defaults, then
+// applies environment overrides from getenv (nil means os.Getenv), then
+// validates. A missing file named explicitly is an error.
+func Load(path string, getenv func(string) string) (Config, error) {
+	cfg := Default()
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return cfg, &Error{File: path, Msg: "file does not exist"}
+			}
+			return cfg, &Error{File: path, Msg: err.Error()}
+		}
+		if err := Parse(data, path, &cfg); err != nil {
+			return cfg, err
+		}
+	}
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if err := applyEnv(reflect.ValueOf(&cfg).Elem(), "CUESCHED", getenv); err != nil {
+		return cfg, err
+	}
+	if err := cfg.Validate(); err != nil {
+		if ce, ok := err.(*Error); ok && ce.File == "" {
+			ce.File = path
+			if path == "" {
+				ce.File = "(defaults and environment)"
+			}
+		}
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// Parse decodes YAML data (from file, for messages) strictly into cfg.
+func Parse(data []byte, file string, cfg *Config) error {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return &Error{File: file, Msg: "not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	if len(root.Content) == 0 {
+		return nil // empty file: all defaults
+	}
+	return decodeInto(root.Content[0], reflect.ValueOf(cfg).Elem(), "", file)
+}
+
+// decodeInto walks the YAML mapping against the struct so that unknown keys
+// and bad values are reported with their full dotted key and line.
+func decodeInto(n *yaml.Node, v reflect.Value, prefix, file string) error {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if v.Kind() == reflect.Struct && !implementsUnmarshaler(v) {
+		if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+			return nil
+		}
+		if n.Kind != yaml.MappingNode {
+			return &Error{File: file, Line: n.Line, Key: prefix, Msg: "expected a mapping of keys"}
+		}
+		fields := structFields(v.Type())
+		seen := map[string]bool{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, val := n.Content[i], n.Content[i+1]
+			key := join(prefix, k.Value)
+			idx, ok := fields[k.Value]
+			if !ok {
+				return &Error{File: file, Line: k.Line, Key: key, Msg: "unknown key (valid keys here: " + strings.Join(sortedKeys(fields), ", ") + ")"}
+			}
+			if seen[k.Value] {
+				return &Error{File: file, Line: k.Line, Key: key, Msg: "key given twice"}
+			}
+			seen[k.Value] = true
+			if err := decodeInto(val, v.Field(idx), key, file); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := n.Decode(v.Addr().Interface()); err != nil {
+		msg := err.Error()
+		msg = strings.TrimPrefix(msg, "yaml: ")
+		if te, ok := err.(*yaml.TypeError); ok && len(te.Errors) > 0 {
+			msg = te.Errors[0]
+			if i := strings.Index(msg, ": "); i >= 0 && strings.HasPrefix(msg, "line ") {
+				msg = msg[i+2:]
+			}
+		}
+		return &Error{File: file, Line: n.Line, Key: prefix, Msg: msg}
+	}
+	return nil
+}
+
+var unmarshalerType = reflect.TypeOf((*yaml.Unmarshaler)(nil)).Elem()
+
+func implementsUnmarshaler(v reflect.Value) bool {
+	return v.CanAddr() && v.Addr().Type().Implements(unmarshalerType)
+}
+
+func structFields(t reflect.Type) map[string]int {
+	m := map[string]int{}
+	for i := 0; i < t.NumField(); i++ {
+		tag := t.Field(i).Tag.Get("yaml")
+		name := strings.Split(tag, ",")[0]
+		if name == "" || name == "-" {
+			continue
+		}
+		m[name] = i
+	}
+	return m
+}
+
+func sortedKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func join(prefix, key string) string {
+	if prefix == "" {
+		return key
+	}
+	return prefix + "." + key
+}
+
+// EnvName is the environment variable that overrides a dotted key.
+func EnvName(key string) string {
+	return "CUESCHED_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+func applyEnv(v reflect.Value, prefix string, getenv func(string) string) error {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		name := strings.Split(t.Field(i).Tag.Get("yaml"), ",")[0]
+		if name == "" || name == "-" {
+			continue
+		}
+		env := prefix + "_" + strings.ToUpper(name)
+		f := v.Field(i)
+		if f.Kind() == reflect.Struct && !implementsUnmarshaler(f) {
+			if err := applyEnv(f, env, getenv); err != nil {
+				return err
+			}
+			continue
+		}
+		raw := getenv(env)
+		if raw == "" {
+			continue
+		}
+		if err := setFromString(f, raw); err != nil {
+			return &Error{File: "environment", Key: env, Msg: err.Error()}
+		}
+	}
+	return nil
+}
+
+func setFromString(f reflect.Value, raw string) error {
+	if implementsUnmarshaler(f) {
+		n := &yaml.Node{Kind: yaml.ScalarNode, Value: raw, Tag: "!!str"}
+		if _, err := strconv.ParseFloat(raw, 64); err == nil {
+			n.Tag = "!!int"
+		}
+		return f.Addr().Interface().(yaml.Unmarshaler).UnmarshalYAML(n)
+	}
+	switch f.Kind() {
+	case reflect.String:
+		f.SetString(raw)
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", raw)
+		}
+		f.SetInt(n)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(raw)
+		if err != nil {
+			return fmt.Errorf("%q is not a boolean (true/false)", raw)
+		}
+		f.SetBool(b)
+	case reflect.Float64:
+		x, err := strconv.ParseFloat(raw, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a number", raw)
+		}
+		f.SetFloat(x)
+	case reflect.Slice:
+		var items []string
+		for _, s := range strings.Split(raw, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				items = append(items, s)
+			}
+		}
+		f.Set(reflect.ValueOf(items))
+	default:
+		return fmt.Errorf("cannot be set from the environment")
+	}
+	return nil
+}
+
+// Validate checks ranges and enumerations.
+func (c Config) Validate() error {
+	bad := func(key, msg string) error { return &Error{Key: key, Msg: msg} }
+	if c.Database.PoolSize < 2 {
+		return bad("database.pool_size", "must be at least 2")
+	}
+	if c.Accounting.RedisURL == "" && c.Accounting.SentinelMaster == "" {
+		return bad("accounting.redis_url", "must be set (or accounting.sentinel_master with sentinel_addrs)")
+	}
+	if c.Accounting.SentinelMaster != "" && len(c.Accounting.SentinelAddrs) == 0 {
+		return bad("accounting.sentinel_addrs", "must list at least one sentinel when sentinel_master is set")
+	}
+	positive := map[string]Duration{
+		"accounting.recompute_interval":    c.Accounting.RecomputeInterval,
+		"accounting.limit_reseed_interval": c.Accounting.LimitReseedInterval,
+		"accounting.leader_poll_interval":  c.Accounting.LeaderPollInterval,
+		"queue.cluster_reload_interval":    c.Queue.ClusterReloadInterval,
+		"queue.active_scan_interval":       c.Queue.ActiveScanInterval,
+		"host_cache.group_idle_timeout":    c.HostCache.GroupIdleTimeout,
+		"rqd.connect_timeout":              c.RQD.ConnectTimeout,
+		"rqd.request_timeout":              c.RQD.RequestTimeout,
+	}
+	for _, k := range sortedDurKeys(positive) {
+		if positive[k] <= 0 {
+			return bad(k, "must be a positive duration")
+		}
+	}
+	ints := []struct {
+		key string
+		v   int
+	}{
+		{"queue.dispatch_frames_per_layer_limit", c.Queue.DispatchFramesPerLayerLimit},
+		{"queue.core_multiplier", c.Queue.CoreMultiplier},
+		{"queue.stream.cluster_buffer_size", c.Queue.Stream.ClusterBufferSize},
+		{"queue.stream.job_buffer_size", c.Queue.Stream.JobBufferSize},
+		{"queue.max_jobs_per_cluster_pass", c.Queue.MaxJobsPerClusterPass},
+		{"queue.manual_tags_chunk_size", c.Queue.ManualTagsChunkSize},
+		{"queue.hostname_tags_chunk_size", c.Queue.HostnameTagsChunkSize},
+		{"queue.host_candidate_attempts_per_layer", c.Queue.HostCandidateAttemptsPerLayer},
+		{"accounting.redis_pool_size", c.Accounting.RedisPoolSize},
+	}
+	for _, it := range ints {
+		if it.v < 1 {
+			return bad(it.key, "must be at least 1")
+		}
+	}
+	if c.HostCache.MemoryKeyDivisor < MiB {
+		return bad("host_cache.memory_key_divisor", "must be at least 1MiB")
+	}
+	if c.Queue.FrameMemorySoftLimit < 1 || c.Queue.FrameMemoryHardLimit < c.Queue.FrameMemorySoftLimit {
+		return bad("queue.frame_memory_hard_limit", "need 1 <= frame_memory_soft_limit <= frame_memory_hard_limit")
+	}
+	if c.Queue.LayerBackoffMax < c.Queue.LayerBackoffMin {
+		return bad("queue.layer_backoff_max", "must not be less than layer_backoff_min")
+	}
+	if c.RQD.GRPCPort < 1 || c.RQD.GRPCPort > 65535 {
+		return bad("rqd.grpc_port", "must be a TCP port (1-65535)")
+	}
+	switch strings.ToLower(c.Logging.Level) {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		return bad("logging.level", fmt.Sprintf("%q is not one of trace, debug, info, warn, error", c.Logging.Level))
+	}
+	switch c.Logging.Format {
+	case "text", "json":
+	default:
+		return bad("logging.format", fmt.Sprintf("%q is not text or json", c.Logging.Format))
+	}
+	if c.Sidecar.SlotName == "" || strings.ToLower(c.Sidecar.SlotName) != c.Sidecar.SlotName {
+		return bad("sidecar.slot_name", "must be a non-empty lower-case replication slot name")
+	}
+	if len(c.Sidecar.Publications) == 0 {
+		return bad("sidecar.publications", "must name at least one publication")
+	}
+	return nil
+}
+
+func sortedDurKeys(m map[string]Duration) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,318 @@
+package sidecar_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/shared/metrics"
+	"github.com/cuesched/cuesched/shared/replication"
+	"github.com/cuesched/cuesched/sidecar"
+)
+
+// TestReleasesEachManagedDeleteOnce: deletes of every shape (one proc, many,
+// mixed shows, local procs, unmanaged shows, transactions with no proc at
+// all) are applied once, unmanaged shows are not touched, and a restarted
+// sidecar applies nothing twice.
+func TestReleasesEachManagedDeleteOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	pa := h.book(h.a, 20)
+	pb := h.book(h.b, 20)
+	pu := h.book(h.u, 10)
+
+	ip := h.start(true)
+	ip.waitActive(t, 10*time.Second)
+	// Creating the slot requests a re-bootstrap: WAL before it was never
+	// streamed.
+	if n := ip.metric(t, "sidecar_rebootstrap_requests_total", map[string]string{"reason": "new_slot"}); n != 1 {
+		t.Fatalf("rebootstrap requests on slot creation = %v, want 1", n)
+	}
+
+	h.del(pa[0])               // one managed proc
+	h.del(pa[1], pa[2], pb[0]) // several, two shows
+	h.del(pu[0], pa[3])        // mixed managed and unmanaged
+	h.del(pu[1], pu[2])        // unmanaged only
+	h.del(pb[1:6]...)          // a batch
+	if _, err := h.pool.Exec(h.ctx, `UPDATE host SET int_mem_idle = int_mem_idle - 1 WHERE pk_host = $1`, h.a.host); err != nil {
+		t.Fatal(err) // a transaction with nothing for Redis
+	}
+	// A local (desktop) proc of a managed show: Cuebot's own accounting.
+	if _, err := h.pool.Exec(h.ctx, `INSERT INTO proc (pk_proc, pk_host, pk_show, pk_job, pk_layer, int_cores_reserved, int_mem_reserved, b_local)
+		VALUES ('local-proc-1', $1, $2, $3, $4, 100, 1024, true)`, h.a.host, h.a.rows.ShowID, h.a.job, h.a.layer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.pool.Exec(h.ctx, `DELETE FROM proc WHERE pk_proc = 'local-proc-1'`); err != nil {
+		t.Fatal(err)
+	}
+	h.waitCheckpoint(h.walNow(), 10*time.Second)
+	h.assertExact()
+
+	ip.waitMetric(t, "sidecar_releases_total", map[string]string{"result": "applied"}, 10)
+	ip.waitMetric(t, "sidecar_releases_total", map[string]string{"result": "unmanaged"}, 3)
+	ip.waitMetric(t, "sidecar_releases_total", map[string]string{"result": "local"}, 1)
+	ip.waitMetric(t, "sidecar_release_key_mismatch_total", nil, 0)
+	ip.waitMetric(t, "sidecar_commit_to_redis_seconds", nil, 4)
+	st := ip.sc.Status()
+	if !st.Active || st.ManagedShows < 2 || st.Checkpoint == 0 {
+		t.Errorf("status = %+v", st)
+	}
+
+	// Restart: the slot resumes; nothing is applied twice, new deletes are.
+	ip.stop(t)
+	h.del(pa[4], pb[6])
+	ip2 := h.start(false)
+	ip2.waitActive(t, 10*time.Second)
+	h.del(pa[5])
+	h.waitCheckpoint(h.walNow(), 10*time.Second)
+	h.assertExact()
+	ip2.waitMetric(t, "sidecar_releases_total", map[string]string{"result": "applied"}, 3)
+	ip2.waitMetric(t, "sidecar_rebootstrap_requests_total", nil, 0)
+}
+
+// TestShowFlipMidStream: a show flipped in a transaction is handled at
+// exactly that transaction, and at that statement inside it, also across a
+// restart (the managed set persisted next to the checkpoint).
+func TestShowFlipMidStream(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	ps := h.book(h.a, 8)
+	ip := h.start(true)
+	ip.waitActive(t, 10*time.Second)
+
+	flip := func(managed bool, before, after []*procFx) {
+		t.Helper()
+		tx, err := h.pool.Begin(h.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(h.ctx)
+		for _, p := range before {
+			if _, err := tx.Exec(h.ctx, `DELETE FROM proc WHERE pk_proc = $1`, p.id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := tx.Exec(h.ctx, `UPDATE show SET b_scheduler_managed = $2 WHERE pk_show = $1`, h.a.rows.ShowID, managed); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range after {
+			if _, err := tx.Exec(h.ctx, `DELETE FROM proc WHERE pk_proc = $1`, p.id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.Commit(h.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	released := func(ps ...*procFx) { h.forget(ps...) }
+	kept := func(ps ...*procFx) {
+		// Deleted in Postgres but not released in Redis: the record and its
+		// charge stay (the show was not managed at that point).
+		h.mu.Lock()
+		for _, p := range ps {
+			delete(h.live, p.id)
+		}
+		h.mu.Unlock()
+	}
+
+	h.del(ps[0])                                    // managed: released
+	flip(false, []*procFx{ps[1]}, []*procFx{ps[2]}) // before the flip: released; after: not
+	released(ps[1])
+	kept(ps[2])
+	if _, err := h.pool.Exec(h.ctx, `DELETE FROM proc WHERE pk_proc = $1`, ps[3].id); err != nil {
+		t.Fatal(err) // unmanaged now: not released
+	}
+	kept(ps[3])
+	h.waitCheckpoint(h.walNow(), 10*time.Second)
+
+	// Restart while the show is unmanaged: the persisted set says so.
+	ip.stop(t)
+	ip = h.start(false)
+	ip.waitActive(t, 10*time.Second)
+	if _, err := h.pool.Exec(h.ctx, `DELETE FROM proc WHERE pk_proc = $1`, ps[4].id); err != nil {
+		t.Fatal(err)
+	}
+	kept(ps[4])
+	flip(true, []*procFx{ps[5]}, []*procFx{ps[6]}) // before: not released; after: released
+	kept(ps[5])
+	released(ps[6])
+	h.waitCheckpoint(h.walNow(), 10*time.Second)
+
+	h.mu.Lock()
+	recordsWanted := map[string]bool{ps[2].id: true, ps[3].id: true, ps[4].id: true, ps[5].id: true, ps[7].id: true}
+	h.mu.Unlock()
+	for _, p := range ps {
+		n, err := h.rdb.Exists(h.ctx, publisher.ProcKey(p.id)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := n == 1; got != recordsWanted[p.id] {
+			t.Errorf("proc %d: record present = %v, want %v", indexOf(ps, p), got, recordsWanted[p.id])
+		}
+	}
+	// Counters: every kept proc still charges its keys.
+	for _, p := range []*procFx{ps[2], ps[3], ps[4], ps[5]} {
+		h.mu.Lock()
+		h.live[p.id] = p
+		h.mu.Unlock()
+	}
+	h.assertExact()
+	ip.waitMetric(t, "sidecar_managed_shows", nil, 2)
+}
+
+func indexOf(ps []*procFx, p *procFx) int {
+	for i, q := range ps {
+		if q == p {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestCapChangesReachRedis: cap changes of managed shows are written to
+// Redis at once; unmanaged shows' are not; counter-only updates write
+// nothing.
+func TestCapChangesReachRedis(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	ip := h.start(true)
+	ip.waitActive(t, 10*time.Second)
+
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := h.pool.Exec(h.ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`UPDATE subscription SET int_burst = 25000, int_size = 12000 WHERE pk_show = $1`, h.a.rows.ShowID)
+	exec(`UPDATE folder_resource SET int_max_cores = 5050, int_max_gpus = 3 WHERE pk_folder = $1`, h.a.rows.FolderID)
+	exec(`UPDATE job_resource SET int_max_cores = 777, int_max_gpus = 2, int_priority = 9 WHERE pk_job = $1`, h.a.job)
+	exec(`UPDATE subscription SET int_burst = 99900 WHERE pk_show = $1`, h.u.rows.ShowID)
+	exec(`UPDATE job_resource SET int_max_cores = 500 WHERE pk_job = $1`, h.u.job)
+	h.waitCheckpoint(h.walNow(), 10*time.Second)
+
+	want := map[string]map[string]string{
+		publisher.SubKey(h.a.rows.ShowID, h.a.alloc): {"size": "120", "burst": "250"},
+		publisher.FolderKey(h.a.rows.FolderID):       {"int_max_cores": "50", "int_max_gpus": "3"},
+		publisher.JobKey(h.a.job):                    {"int_max_cores": "7", "int_max_gpus": "2", "int_priority": "9"},
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for key, fields := range want {
+		for f, v := range fields {
+			for {
+				got, _ := h.rdb.HGet(h.ctx, key, f).Result()
+				if got == v {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s %s = %q, want %q", key, f, got, v)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}
+	ip.waitMetric(t, "sidecar_cap_writes_total", nil, 3)
+	before := ip.metric(t, "sidecar_cap_writes_total", nil)
+	// The recompute's dual write changes counters only: no cap write.
+	exec(`UPDATE job_resource SET int_cores = int_cores + 100 WHERE pk_job = $1`, h.a.job)
+	exec(`UPDATE subscription SET int_cores = int_cores + 100 WHERE pk_show = $1`, h.a.rows.ShowID)
+	h.waitCheckpoint(h.walNow(), 10*time.Second)
+	if got := ip.metric(t, "sidecar_cap_writes_total", nil); got != before {
+		t.Errorf("cap writes after counter-only updates = %v, want %v", got, before)
+	}
+	touched, err := scanKeys(h.ctx, h.rdb, "*"+h.u.rows.ShowID+"*")
+	if err != nil || len(touched) > 0 {
+		t.Errorf("unmanaged show's caps written: %v %v", touched, err)
+	}
+	if n, _ := h.rdb.Exists(h.ctx, publisher.JobKey(h.u.job)).Result(); n != 0 {
+		t.Errorf("unmanaged job's caps written")
+	}
+}
+
+// TestJobMovedFolderWhileProcLived: the release follows the record (the
+// folder charged at booking); the stream's resolution (the new folder) is
+// counted as a mismatch.
+func TestJobMovedFolderWhileProcLived(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	ps := h.book(h.a, 2)
+	ip := h.start(true)
+	ip.waitActive(t, 10*time.Second)
+	newFolder := "f-" + h.a.rows.ShowID[:8]
+	if _, err := h.pool.Exec(h.ctx, `INSERT INTO folder (pk_folder, pk_parent_folder, pk_show, str_name, pk_dept) VALUES ($1, $2, $3, 'moved', $4)`,
+		newFolder, h.a.rows.FolderID, h.a.rows.ShowID, h.a.rows.DeptID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.pool.Exec(h.ctx, `UPDATE job SET pk_folder = $2 WHERE pk_job = $1`, h.a.job, newFolder); err != nil {
+		t.Fatal(err)
+	}
+	h.del(ps[0])
+	h.waitCheckpoint(h.walNow(), 10*time.Second)
+	h.assertExact() // the old folder's counter went back down exactly
+	ip.waitMetric(t, "sidecar_release_key_mismatch_total", map[string]string{"key": "folder"}, 1)
+	if v, _ := h.rdb.HGet(h.ctx, publisher.FolderKey(newFolder), "int_cores").Result(); v != "" && v != "0" {
+		t.Errorf("new folder charged %s by a release", v)
+	}
+}
+
+// TestTruncateRequestsRebootstrap and the retained-WAL guard.
+func TestTruncateAndRetainedWAL(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	h.book(h.a, 3)
+	health := metrics.NewHealth()
+	ip := h.start(true, func(c *sidecar.Config) { c.MaxRetainedWAL = 1; c.Health = health })
+	ip.waitActive(t, 10*time.Second)
+	if err := h.pub.SetEpoch(h.ctx, "e1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.pool.Exec(h.ctx, `TRUNCATE proc`); err != nil {
+		t.Fatal(err)
+	}
+	h.waitCheckpoint(h.walNow(), 10*time.Second)
+	for deadline := time.Now().Add(5 * time.Second); ip.metric(t, "sidecar_rebootstrap_requests_total", map[string]string{"reason": "truncate"}) != 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("no re-bootstrap requested for a TRUNCATE of proc")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if e, _ := h.pub.Epoch(h.ctx); e != "" {
+		t.Errorf("acct:epoch still %q after a TRUNCATE of proc", e)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for ip.metric(t, "sidecar_slot_retained_wal_exceeded", nil) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("retained WAL over the limit not flagged")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(ip.logs.String(), "REPLICATION SLOT RETAINS TOO MUCH WAL") {
+		t.Error("no loud WARN for retained WAL")
+	}
+	if fails := health.Ready(); len(fails) != 0 {
+		t.Errorf("active sidecar not ready: %v", fails)
+	}
+}
+
+// TestMissingSlotIsAnError: without CreateSlot a missing slot stops Run
+// with a clear error.
+func TestMissingSlotIsAnError(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	sc, err := sidecar.New(childConfig(h.dbURL, h.slot, false, nil, nil), h.rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(h.ctx, 20*time.Second)
+	defer cancel()
+	err = sc.Run(ctx)
+	if !errors.Is(err, replication.ErrSlotMissing) {
+		t.Fatalf("Run = %v, want ErrSlotMissing", err)
+	}
+	if _, err := sidecar.New(sidecar.Config{DatabaseURL: h.dbURL, SlotName: "Bad-Name"}, h.rdb); err == nil {
+		t.Error("bad slot name accepted")
+	}
+}
