@@ -96,6 +96,9 @@ type SlotStatus struct {
 	// LagBytes is how much WAL the slot holds back: the distance from the
 	// current WAL position to the slot's confirmed flush position.
 	LagBytes int64
+	// Sidecar: named with SidecarSlotPrefix, or streamed right now by a
+	// cuesched sidecar (application_name SidecarAppName...).
+	Sidecar bool
 }
 
 // Status inspects the database conn is connected to. It only reads, and
@@ -218,19 +221,23 @@ func Status(ctx context.Context, conn *pgx.Conn) (Report, error) {
 
 	// Our replication slots.
 	rows, err := conn.Query(ctx, `
-		SELECT slot_name, coalesce(plugin, ''), coalesce(database, ''), active,
+		SELECT s.slot_name, coalesce(s.plugin, ''), coalesce(s.database, ''), s.active,
 		       coalesce(pg_wal_lsn_diff(
 		           CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_lsn() END,
-		           coalesce(confirmed_flush_lsn, restart_lsn)), 0)::bigint
-		  FROM pg_replication_slots
-		 WHERE slot_name LIKE $1 || '%'
-		 ORDER BY slot_name`, SlotPrefix)
+		           coalesce(s.confirmed_flush_lsn, s.restart_lsn)), 0)::bigint,
+		       left(s.slot_name, length($2)) = $2
+		         OR (s.active AND left(coalesce(a.application_name, ''), length($3)) = $3)
+		  FROM pg_replication_slots s
+		  LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid
+		 WHERE left(s.slot_name, length($1)) = $1
+		    OR (s.active AND left(coalesce(a.application_name, ''), length($3)) = $3)
+		 ORDER BY s.slot_name`, SlotPrefix, SidecarSlotPrefix, SidecarAppName)
 	if err != nil {
 		return st, fmt.Errorf("migrations: read replication slots: %w", err)
 	}
 	for rows.Next() {
 		var s SlotStatus
-		if err := rows.Scan(&s.Name, &s.Plugin, &s.Database, &s.Active, &s.LagBytes); err != nil {
+		if err := rows.Scan(&s.Name, &s.Plugin, &s.Database, &s.Active, &s.LagBytes, &s.Sidecar); err != nil {
 			rows.Close()
 			return st, err
 		}
@@ -337,7 +344,7 @@ func (st Report) warnings() []string {
 	if st.ManagedShows > 0 {
 		active := false
 		for _, s := range st.Slots {
-			if s.Active && strings.HasPrefix(s.Name, SidecarSlotPrefix) {
+			if s.Active && s.Sidecar {
 				active = true
 			}
 		}

@@ -251,7 +251,7 @@ func TestShowSetManagedCLI(t *testing.T) {
 
 	// No sidecar: refused, nothing changed.
 	code, out, errOut := runShowT(f.env, "set-managed", "alpha", "on")
-	if code != 1 || !strings.Contains(errOut, "refusing") || !strings.Contains(errOut, "no sidecar holds an active replication slot") {
+	if code != 1 || !strings.Contains(errOut, "refusing") || !strings.Contains(errOut, "no sidecar streams an active replication slot") {
 		t.Fatalf("without sidecar: %d\n%s\n%s", code, out, errOut)
 	}
 	if f.managed(t, "alpha") {

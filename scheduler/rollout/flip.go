@@ -71,8 +71,8 @@ const (
 // Preflight checks whether show can be flipped to on (managed) or off. For
 // "on" it checks, in order: the rollout is applied (column, publications,
 // replica identity); Cuebot is at least V45 (when its Flyway history is
-// readable); a sidecar streams an active slot named with
-// migrations.SidecarSlotPrefix in this database (without it no release
+// readable); a sidecar streams an active slot in this database (named
+// with migrations.SidecarSlotPrefix, or streamed by a cuesched sidecar) (without it no release
 // reaches Redis and the show's counters only grow); Redis answers; and, as
 // warnings: Redis is bootstrapped, a scheduler instance and a loop leader
 // are connected, the show has a subscription with burst > 0, the show is
@@ -115,7 +115,7 @@ func (t *Tool) Preflight(ctx context.Context, show Show, on bool) (*Preflight, e
 	if len(active) > 0 {
 		add(Check{Name: CheckSidecar, OK: true, Detail: "a sidecar streams slot " + strings.Join(active, ", ")})
 	} else {
-		d := fmt.Sprintf("no sidecar holds an active replication slot (%s*) in database %s: without one, Cuebot's releases of this show never reach Redis and its counters only grow until the show stops booking; start cuesched sidecar next to every Cuebot first", migrations.SidecarSlotPrefix, rep.Database)
+		d := fmt.Sprintf("no sidecar streams an active replication slot (named %s* or held by a cuesched sidecar) in database %s: without one, Cuebot's releases of this show never reach Redis and its counters only grow until the show stops booking; start cuesched sidecar next to every Cuebot first", migrations.SidecarSlotPrefix, rep.Database)
 		if len(elsewhere) > 0 {
 			d += fmt.Sprintf(" (active sidecar slots of other databases do not count: %s)", strings.Join(elsewhere, ", "))
 		}
@@ -213,7 +213,7 @@ func (t *Tool) cuebotVersionCheck(ctx context.Context) (Check, bool, error) {
 // sidecar streaming another database does not release this one's procs).
 func sidecarSlots(rep migrations.Report) (here, elsewhere []string) {
 	for _, s := range rep.Slots {
-		if !s.Active || !strings.HasPrefix(s.Name, migrations.SidecarSlotPrefix) {
+		if !s.Active || !s.Sidecar {
 			continue
 		}
 		if s.Database == rep.Database {

@@ -101,7 +101,8 @@ type Slot struct {
 	// WALStatus is pg_replication_slots.wal_status (reserved, extended,
 	// unreserved, lost; "" before PostgreSQL 13).
 	WALStatus string `json:"wal_status,omitempty"`
-	// Sidecar: the name starts with migrations.SidecarSlotPrefix.
+	// Sidecar: the name starts with migrations.SidecarSlotPrefix, or a
+	// cuesched sidecar (application_name cuesched-sidecar/...) streams it.
 	Sidecar bool `json:"sidecar"`
 }
 
@@ -150,7 +151,7 @@ func (t *Tool) observe(ctx context.Context, sidecarPrefix, slotPrefix string) (*
 		return nil, fmt.Errorf("read the loop lock: %w", err)
 	}
 
-	// Slots of this database named with our prefix.
+	// Slots of this database named with our prefix, or streamed by a sidecar.
 	rows, err = t.pool.Query(ctx, `
 		SELECT s.slot_name, COALESCE(s.plugin, ''), s.temporary, s.active, COALESCE(s.active_pid, 0),
 		       COALESCE(a.application_name, ''),
@@ -161,8 +162,9 @@ func (t *Tool) observe(ctx context.Context, sidecarPrefix, slotPrefix string) (*
 		  LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid
 		  CROSS JOIN (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn()
 		                          ELSE pg_current_wal_lsn() END AS lsn) w
-		 WHERE s.database = current_database() AND left(s.slot_name, length($1)) = $1
-		 ORDER BY s.slot_name`, slotPrefix)
+		 WHERE s.database = current_database()
+		   AND (left(s.slot_name, length($1)) = $1 OR left(COALESCE(a.application_name, ''), length($2)) = $2)
+		 ORDER BY s.slot_name`, slotPrefix, AppName(RoleSidecar, ""))
 	if err != nil {
 		return nil, fmt.Errorf("read replication slots: %w", err)
 	}
@@ -173,7 +175,10 @@ func (t *Tool) observe(ctx context.Context, sidecarPrefix, slotPrefix string) (*
 			rows.Close()
 			return nil, fmt.Errorf("read replication slots: %w", err)
 		}
-		s.Sidecar = strings.HasPrefix(s.Name, sidecarPrefix)
+		// A sidecar's slot: named with the sidecar prefix, or streamed by
+		// a cuesched sidecar whatever its name (sidecar.slot_name is free).
+		role, _, _ := ParseAppName(s.Holder)
+		s.Sidecar = strings.HasPrefix(s.Name, sidecarPrefix) || (s.Active && role == RoleSidecar)
 		ob.slots = append(ob.slots, s)
 	}
 	rows.Close()

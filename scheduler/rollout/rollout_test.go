@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -405,4 +406,57 @@ func TestFlipChecksCuebotVersion(t *testing.T) {
 		t.Fatalf("current Cuebot: %v\n%s", err, out)
 	}
 	contains(t, "output", out, "preflight ok   cuebot       Cuebot's schema is at V47")
+}
+
+// TestSidecarSlotRecognisedByItsHolder: sidecar.slot_name may be anything,
+// so a slot streamed by a cuesched sidecar counts whatever its name; a
+// slot of another tool, not named like ours, does not.
+func TestSidecarSlotRecognisedByItsHolder(t *testing.T) {
+	t.Parallel()
+	f := newFarm(t)
+	tl := f.tool(t, true)
+	show, err := tl.FindShow(context.Background(), "alpha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sidecarCheck := func() rollout.Check {
+		t.Helper()
+		pf, err := tl.Preflight(context.Background(), show, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range pf.Checks {
+			if c.Name == rollout.CheckSidecar {
+				return c
+			}
+		}
+		t.Fatalf("no sidecar check in %+v", pf.Checks)
+		return rollout.Check{}
+	}
+	n := slotSeq.Add(1)
+	other := fmt.Sprintf("othertool_rt%d", n)
+	stopOther := streamSlot(t, f.dbURL, other, "pg_recvlogical")
+	if c := sidecarCheck(); c.OK {
+		t.Fatalf("another tool's slot counted as a sidecar: %+v", c)
+	}
+	stopOther()
+
+	custom := fmt.Sprintf("studio_release_rt%d", n)
+	streamSlot(t, f.dbURL, custom, rollout.AppName(rollout.RoleSidecar, "cb1"))
+	if c := sidecarCheck(); !c.OK || !strings.Contains(c.Detail, custom) {
+		t.Fatalf("a sidecar's custom-named slot was not recognised: %+v", c)
+	}
+	rep, _ := statusOf(t, tl, false)
+	var found bool
+	for _, s := range rep.Slots {
+		if s.Name == custom {
+			found = true
+			if !s.Sidecar || !s.Active || s.Holder != "cuesched-sidecar/cb1" {
+				t.Errorf("status slot %+v", s)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("status does not list the custom-named sidecar slot: %+v", rep.Slots)
+	}
 }
