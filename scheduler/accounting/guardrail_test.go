@@ -33,16 +33,25 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // as a streaming sidecar does, until the returned func closes it.
 func streamSidecarSlot(t *testing.T, dbURL string) func() {
 	t.Helper()
+	return streamSlotAs(t, dbURL, migrations.SidecarSlotPrefix+"_guard_"+strings.ToLower(strings.ReplaceAll(t.Name(), "/", "_")), "")
+}
+
+// streamSlotAs streams a temporary slot of that name on a replication
+// connection with that application_name ("" = the URL's).
+func streamSlotAs(t *testing.T, dbURL, slot, app string) func() {
+	t.Helper()
 	ctx := context.Background()
 	u, _ := url.Parse(dbURL)
 	q := u.Query()
 	q.Set("replication", "database")
+	if app != "" {
+		q.Set("application_name", app)
+	}
 	u.RawQuery = q.Encode()
 	conn, err := pgconn.Connect(ctx, u.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	slot := migrations.SidecarSlotPrefix + "_guard_" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "_"))
 	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{Temporary: true})
 	if err != nil {
 		t.Fatal(err)
@@ -116,5 +125,23 @@ func TestSidecarGuardrailMetric(t *testing.T) {
 			t.Fatalf("guardrail did not fire after the sidecar's slot went inactive")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+
+	// Another tool's slot does not count; a sidecar streaming a slot of
+	// any name (sidecar.slot_name is free) does.
+	stopOther := streamSlotAs(t, f.dbURL, "othertool_guard", "pg_recvlogical")
+	if err := s.SyncManaged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := gauge(t, reg, name); v != 1 {
+		t.Fatalf("another tool's slot: %s = %v, want 1", name, v)
+	}
+	stopOther()
+	streamSlotAs(t, f.dbURL, "studio_release_guard", "cuesched-sidecar/cb1")
+	if err := s.SyncManaged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := gauge(t, reg, name); v != 0 {
+		t.Fatalf("a sidecar streaming a custom-named slot: %s = %v, want 0", name, v)
 	}
 }

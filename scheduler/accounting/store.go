@@ -36,9 +36,13 @@ func (s *store) managedShows(ctx context.Context) ([]string, error) {
 // with the sidecar prefix: the sidecars streaming releases into Redis.
 func (s *store) activeSidecarSlots(ctx context.Context) (int, error) {
 	var n int
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots
-		WHERE active AND database = current_database() AND left(slot_name, length($1)) = $1`,
-		migrations.SidecarSlotPrefix).Scan(&n)
+	// Named like a sidecar's, or streamed by a cuesched sidecar whatever its
+	// name (sidecar.slot_name is free).
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots s
+		LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid
+		WHERE s.active AND s.database = current_database()
+		  AND (left(s.slot_name, length($1)) = $1 OR left(COALESCE(a.application_name, ''), length($2)) = $2)`,
+		migrations.SidecarSlotPrefix, migrations.SidecarAppName).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("sidecar slots: %w", err)
 	}
