@@ -106,21 +106,84 @@
 // the loops run on one instance. The leader holds a PostgreSQL session
 // advisory lock (pg_try_advisory_lock, LockKey) on a dedicated connection,
 // not a pooled one. That gives the lock the right lifetime: it belongs to a
-// session, Postgres releases it the moment the session dies (crash,
-// network partition seen by the server, pg_terminate_backend), and no TTL
-// has to be tuned against GC pauses as with a Redis lease. Fencing comes
-// from the same connection: before every write batch the loops run a check
-// on it that the session is alive and still holds the lock (pg_locks for
-// pg_backend_pid()); a watchdog runs the same check every LeaderPollInterval
-// and cancels the loops when it fails, and a new term starts only after the
-// old term's loops have returned. Followers try the lock every
-// LeaderPollInterval (1 s), so failover takes about a second
-// (TestTwoInstancesOneLeader, TestLeaderStopsWhenItsSessionDies). A batch
-// already sent when the session dies can still land; that is safe because
-// every reconcile, repair and seed step validates against current Redis
-// state atomically (two overlapping leaders waste work, they cannot corrupt
-// counters) — the lock is for efficiency and single-writer Postgres updates,
-// and the fence keeps the overlap to at most one batch.
+// session, Postgres releases it the moment the session ends (crash,
+// pg_terminate_backend, a network partition the server sees), and no TTL
+// has to be tuned against GC pauses as with a Redis lease.
+//
+// A stalled process (SIGSTOP, a frozen VM, a swap storm) does not end its
+// session: its kernel keeps the TCP connection up. So every lock session
+// sets idle_session_timeout (PostgreSQL 14+) to LeaderSessionTimeout,
+// max(5 × LeaderPollInterval, 3 s) by default: the server ends a session
+// whose client has sent nothing for that long, which releases the lock, and a
+// follower takes the loops over within a poll of that. A Redis restart while
+// the leader is stalled is therefore re-bootstrapped about
+// LeaderSessionTimeout after the stall began, instead of pausing booking
+// until the leader resumes (TestFrozenLeaderLosesLockToFollower,
+// TestFrozenLeaderRedisRestart; the fault suite freezes a real process). A
+// healthy session is never that idle: the leader's watchdog fences every
+// LeaderPollInterval and a follower tries the lock every poll
+// (TestHealthyInstancesKeepTheirSessions); a follower that stalls loses only
+// its lockless session and reconnects with one Info line
+// (TestFrozenFollowerReconnectsQuietly). The sessions also set the server's
+// TCP keepalives (idle LeaderSessionTimeout, interval one poll, 3 probes):
+// they cannot see a stopped process, but they end the session of a host
+// that is gone or behind a network that drops everything, the one liveness
+// check left where idle_session_timeout is missing. On PostgreSQL < 14 the
+// leader warns once and runs without it: a stalled leader then keeps the
+// lock until it resumes.
+//
+// Fencing comes from the same connection: before every write batch the loops
+// run a check on it that the session is alive and still holds the lock
+// (pg_locks for pg_backend_pid()); a watchdog runs the same check every
+// LeaderPollInterval and cancels the loops when it fails, and a new term
+// starts only after the old term's loops have returned. Followers try the
+// lock every LeaderPollInterval (1 s), so failover after a clean exit or a
+// dead session takes about a second (TestTwoInstancesOneLeader,
+// TestLeaderStopsWhenItsSessionDies).
+//
+// The fence cannot recall a write a loop had already passed its fence for
+// when the session ended: for a stalled leader, the write it was about to
+// send when it froze, which lands when it resumes, possibly after the new
+// leader re-bootstrapped an emptied Redis. The loops write one batch at a
+// time and the next fence fails, so it is exactly one of these, built from
+// the old term's snapshot:
+//
+//   - a reconcile batch: refused if its snapshot is older than half the
+//     tombstone TTL. Otherwise an adopt can charge again a proc released
+//     before a Redis restart took its tombstone (over-charge: fewer
+//     bookings, dropped after InFlightGrace by the next recompute), and a
+//     retarget can move a record back to the keys the old snapshot had (a
+//     job that changed folder during the stall: its new folder is
+//     under-charged until the next recompute). A drop cannot hit anything
+//     booked since the snapshot (it needs ts < t0 - InFlightGrace);
+//   - a repair step: a stale session's scan, fix or finish answers
+//     "superseded" (the flush or the new leader's start replaced it); a stale
+//     start supersedes the new leader's repair of that show, which is redone
+//     next cycle, and the orphan session expires;
+//   - one WriteLimits call (every chunk of it): caps as old as the stall
+//     (a cap changed meanwhile is reverted in Redis) until the next limit
+//     reseed;
+//   - MarkSeeded of one show, with the old epoch: harmless once the new
+//     leader has seeded that show; landing mid-re-bootstrap before that,
+//     it makes the script accept the show against counters that lack its
+//     procs until its seed lands. Only the booking gate stops dispatchers
+//     then (acct:epoch is missing until the bootstrap ends); nothing on the
+//     Redis side refuses a marker of an older term;
+//   - SetEpoch with the old epoch: nothing compares the value, so it only
+//     opens the gates early if it lands mid-bootstrap (the scripts still
+//     refuse shows without a marker);
+//   - Unseed of one show: closed until the next managed check seeds it
+//     again (FlipSettle);
+//   - the dual write: Postgres totals of the old snapshot until the next
+//     recompute.
+//
+// Two overlapping leaders thus waste work and can leave counters off until
+// the next recompute, but every reconcile and repair step still validates
+// against current Redis state atomically. Closing the window entirely needs
+// a Redis-side check a new term or bootstrap invalidates (the marker and
+// epoch writes conditional on the current bootstrap, or a term key every
+// loop script checks); the lock is for efficiency and single-writer
+// Postgres updates, and the fence keeps the overlap to that one write.
 //
 // # Topology
 //

@@ -49,6 +49,14 @@ type Config struct {
 	BatchSize int
 	// LockKey is the advisory lock key of the loops [DefaultLockKey].
 	LockKey int64
+	// LeaderSessionTimeout is the idle_session_timeout (PostgreSQL 14+) of
+	// every instance's lock session: the server ends a session whose client
+	// has sent nothing for this long, releasing the lock of a leader that
+	// stalled (SIGSTOP, frozen VM), so another instance takes the loops over
+	// about this long after the stall. A healthy instance queries it every
+	// LeaderPollInterval, so it must be several polls
+	// [max(5 × LeaderPollInterval, 3s); never below 3 × LeaderPollInterval].
+	LeaderSessionTimeout time.Duration
 }
 
 func (c *Config) defaults() {
@@ -70,6 +78,7 @@ func (c *Config) defaults() {
 	if c.LockKey == 0 {
 		c.LockKey = DefaultLockKey
 	}
+	c.LeaderSessionTimeout = sessionTimeout(c.LeaderPollInterval, c.LeaderSessionTimeout)
 }
 
 // Service runs the accounting loops of one scheduler instance: the booking
@@ -124,7 +133,7 @@ func New(pool *pgxpool.Pool, pub *publisher.Publisher, cfg Config, logger hclog.
 	log := logger.Named("accounting")
 	s := &Service{
 		cfg: cfg, st: &store{pool: pool}, pub: pub, log: log, m: m,
-		ld:        &leader{cfg: pool.Config().ConnConfig.Copy(), key: cfg.LockKey, poll: cfg.LeaderPollInterval, log: log.Named("leader")},
+		ld:        newLeader(pool.Config().ConnConfig.Copy(), cfg.LockKey, cfg.LeaderPollInterval, cfg.LeaderSessionTimeout, log.Named("leader")),
 		readyCh:   make(chan struct{}),
 		reason:    "accounting not started",
 		followUps: map[string]time.Time{},
