@@ -38,6 +38,13 @@ type consumer struct {
 	flushEvery time.Duration
 	now        func() time.Time
 
+	// tables are Cuebot's tables the sidecar reads, each with the schema
+	// its name resolves to on the search_path (resolved at the start of
+	// every session); foreign are the relations whose rows were ignored
+	// (logged once each).
+	tables  replication.Tables
+	foreign map[string]bool
+
 	state        managedState // managed shows as of state.lsn (stream position)
 	c            *caches
 	cachesLoaded bool
@@ -108,9 +115,48 @@ func (p *plan) setManaged(c *consumer, show string, v bool) {
 	c.m.flips.Inc()
 }
 
-// table names a change's relation (Cuebot's tables live in one schema; the
-// publications name them, so the schema is not compared).
-func table(ch *replication.Change) string { return ch.Relation.Table }
+// cuebotTables are the tables whose rows the sidecar applies.
+func cuebotTables() []string {
+	return []string{"show", "host", "job", "proc", "subscription", "folder_resource", "job_resource"}
+}
+
+// resolveTables finds the schema of Cuebot's tables on the search_path of
+// the connection q runs on (the schema the sidecar's own queries read).
+func (c *consumer) resolveTables(ctx context.Context, q textQuery) error {
+	t, err := replication.ResolveTables(ctx, q, cuebotTables()...)
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	c.tables = t
+	return nil
+}
+
+// table names a change's relation when it is one of Cuebot's tables, and
+// returns "" for any other relation, including a table of the same name in
+// another schema that a publication also carries (its rows are not
+// Cuebot's: applying them would release running procs, flip shows or
+// write caps). Ignored relations are logged once each; their transactions
+// are acknowledged like any other.
+func (c *consumer) table(ch *replication.Change) string {
+	rel := ch.Relation
+	if c.tables.Owns(rel) {
+		return rel.Table
+	}
+	name := rel.QualifiedName()
+	if !c.foreign[name] {
+		if c.foreign == nil {
+			c.foreign = map[string]bool{}
+		}
+		c.foreign[name] = true
+		if schema, lookAlike := c.tables[rel.Table]; lookAlike {
+			c.log.Info("ignoring rows of a table that is not Cuebot's (same name, another schema)",
+				"relation", name, "cuebot_table", schema+"."+rel.Table, "op", ch.Op, "lsn", ch.LSN)
+		} else {
+			c.log.Debug("ignoring rows of a table the sidecar does not read", "relation", name, "op", ch.Op, "lsn", ch.LSN)
+		}
+	}
+	return ""
+}
 
 // col reads a text column; ok is false when it is NULL, unchanged or absent.
 func col(r replication.Row, name string) (string, bool) {
@@ -136,6 +182,9 @@ func colInt(r replication.Row, name string) (int64, bool) {
 func (c *consumer) Snapshot(ctx context.Context, q replication.SnapshotQuerier) error {
 	cp := q.ConsistentPoint()
 	tq := snapshotTextQuery(q)
+	if err := c.resolveTables(ctx, tq); err != nil {
+		return err
+	}
 	shows, err := seedManaged(ctx, tq)
 	if err != nil {
 		return err
@@ -195,6 +244,9 @@ func (c *consumer) Snapshot(ctx context.Context, q replication.SnapshotQuerier) 
 // the persisted managed set.
 func (c *consumer) Resume(ctx context.Context, slot replication.SlotInfo) error {
 	f := slot.ConfirmedFlushLSN
+	if err := c.resolveTables(ctx, poolTextQuery(c.pool)); err != nil {
+		return err
+	}
 	var walText string
 	if err := c.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&walText); err != nil {
 		return fmt.Errorf("sidecar: read current WAL position: %w", err)
@@ -356,12 +408,19 @@ func (c *consumer) setCheckpoint(lsn LSN) {
 
 // plan reads a transaction in statement order.
 func (c *consumer) plan(ctx context.Context, txn *replication.Transaction) (*plan, error) {
+	if c.tables == nil {
+		// Snapshot or Resume resolves them before any transaction; this
+		// only guards a consumer driven some other way.
+		if err := c.resolveTables(ctx, poolTextQuery(c.pool)); err != nil {
+			return nil, err
+		}
+	}
 	p := &plan{}
 	applyShows := txn.EndLSN > c.state.lsn
 	for i := range txn.Changes {
 		ch := &txn.Changes[i]
 		var err error
-		switch table(ch) {
+		switch c.table(ch) {
 		case "show":
 			if applyShows {
 				c.planShow(p, ch)

@@ -15,6 +15,14 @@
 // sidecar passes to Stream.Ack (ExplicitAck). proc has REPLICA IDENTITY
 // FULL, so a DELETE carries the whole old row.
 //
+// A relation is Cuebot's table only by schema and name: at the start of
+// every session (Snapshot or Resume) the sidecar resolves the schema each of
+// its table names has on the connection's search_path (the tables its own
+// queries read; replication.ResolveTables), and rows of any other relation,
+// such as a same-named table in another schema added to a publication, are
+// ignored (logged once per relation) and acknowledged like any transaction
+// with nothing for Redis.
+//
 // # Exactly once
 //
 // One committed source transaction is one unit. Its proc DELETEs whose show

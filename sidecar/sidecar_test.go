@@ -3,6 +3,7 @@ package sidecar_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -314,5 +315,123 @@ func TestMissingSlotIsAnError(t *testing.T) {
 	}
 	if _, err := sidecar.New(sidecar.Config{DatabaseURL: h.dbURL, SlotName: "Bad-Name"}, h.rdb); err == nil {
 		t.Error("bad slot name accepted")
+	}
+}
+
+// TestIgnoresSameNamedTablesInAnotherSchema: tables named like Cuebot's in
+// another schema (shadow.proc, shadow.show, shadow.subscription, ...) added
+// to the sidecar's publications and written with copies of the real rows
+// are not Cuebot's: their DELETEs release nothing, their flips and cap
+// changes reach nothing, their TRUNCATEs request no re-bootstrap, before
+// and after a restart (the slot's snapshot and the resume each resolve the
+// schema); the real tables' writes still do.
+func TestIgnoresSameNamedTablesInAnotherSchema(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	pa := h.book(h.a, 6)
+	pb := h.book(h.b, 4)
+	pu := h.book(h.u, 2)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := h.pool.Exec(h.ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec(`CREATE SCHEMA shadow`)
+	for tb, pub := range map[string]string{
+		"proc": "cuesched_proc", "show": "cuesched_accounting", "subscription": "cuesched_accounting",
+		"job_resource": "cuesched_accounting", "folder_resource": "cuesched_accounting",
+		"job": "cuesched_accounting", "host": "cuesched_accounting",
+	} {
+		exec(fmt.Sprintf(`CREATE TABLE shadow.%[1]s (LIKE public.%[1]s INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)`, tb))
+		exec(fmt.Sprintf(`ALTER TABLE shadow.%s REPLICA IDENTITY FULL`, tb))
+		exec(fmt.Sprintf(`ALTER PUBLICATION %s ADD TABLE shadow.%s`, pub, tb))
+	}
+	copyRows := func() {
+		t.Helper()
+		for _, tb := range []string{"proc", "show", "subscription", "job_resource", "folder_resource", "job", "host"} {
+			exec(fmt.Sprintf(`DELETE FROM shadow.%s`, tb))
+			exec(fmt.Sprintf(`INSERT INTO shadow.%[1]s SELECT * FROM public.%[1]s`, tb))
+		}
+	}
+	copyRows()
+	poison := func() {
+		t.Helper()
+		copyRows() // its DELETE of shadow.proc releases every live proc, were it Cuebot's
+		exec(`UPDATE shadow.show SET b_scheduler_managed = NOT b_scheduler_managed`)
+		exec(`UPDATE shadow.subscription SET int_burst = 12300, int_size = 4500`)
+		exec(`UPDATE shadow.job_resource SET int_max_cores = 100, int_max_gpus = 0, int_priority = 99`)
+		exec(`UPDATE shadow.folder_resource SET int_max_cores = 100`)
+		exec(`UPDATE shadow.job SET pk_folder = pk_job`)
+		exec(`UPDATE shadow.host SET pk_alloc = pk_host`)
+		exec(`TRUNCATE shadow.proc`)
+		exec(`TRUNCATE shadow.show`)
+	}
+	noEffect := func(ip *inProcess, phase string) {
+		t.Helper()
+		h.waitCheckpoint(h.walNow(), 10*time.Second)
+		h.assertExact()
+		for name, labels := range map[string]map[string]string{
+			"sidecar_managed_flips_total":        nil,
+			"sidecar_cap_writes_total":           nil,
+			"sidecar_proc_truncates_total":       nil,
+			"sidecar_release_key_mismatch_total": nil,
+			"sidecar_rebootstrap_requests_total": {"reason": "truncate"},
+		} {
+			if v := ip.metric(t, name, labels); v != 0 {
+				t.Errorf("%s: %s%v = %v, want 0", phase, name, labels, v)
+			}
+		}
+		if v := ip.metric(t, "sidecar_managed_shows", nil); v != 2 {
+			t.Errorf("%s: managed shows = %v, want 2", phase, v)
+		}
+		if e, _ := h.pub.Epoch(h.ctx); e == "" {
+			t.Errorf("%s: acct:epoch deleted (a re-bootstrap was requested)", phase)
+		}
+		if n, _ := h.rdb.Exists(h.ctx, publisher.SubKey(h.a.rows.ShowID, h.a.alloc)).Result(); n != 0 {
+			if b, _ := h.rdb.HGet(h.ctx, publisher.SubKey(h.a.rows.ShowID, h.a.alloc), "burst").Result(); b == "123" {
+				t.Errorf("%s: shadow.subscription's burst written to Redis", phase)
+			}
+		}
+		if !strings.Contains(ip.logs.String(), "ignoring rows of a table that is not Cuebot's") ||
+			!strings.Contains(ip.logs.String(), "relation=shadow.proc") {
+			t.Errorf("%s: ignored relations not logged", phase)
+		}
+	}
+
+	ip := h.start(true)
+	ip.waitActive(t, 10*time.Second)
+	h.waitCheckpoint(h.walNow(), 10*time.Second)
+	if err := h.pub.SetEpoch(h.ctx, "e1"); err != nil { // the new slot's re-bootstrap request
+		t.Fatal(err)
+	}
+	poison()
+	h.del(pa[0], pu[0]) // real: released / unmanaged
+	poison()
+	h.del(pb[0])
+	noEffect(ip, "new slot")
+	ip.waitMetric(t, "sidecar_releases_total", map[string]string{"result": "applied"}, 2)
+	ip.waitMetric(t, "sidecar_releases_total", map[string]string{"result": "unmanaged"}, 1)
+
+	// Resume (the schema resolved through the pool, not the snapshot).
+	ip.stop(t)
+	poison() // while stopped: streamed on resume
+	ip = h.start(false)
+	ip.waitActive(t, 10*time.Second)
+	poison()
+	h.del(pa[1], pa[2], pu[1])
+	noEffect(ip, "resumed slot")
+	ip.waitMetric(t, "sidecar_releases_total", map[string]string{"result": "applied"}, 2)
+	ip.waitMetric(t, "sidecar_releases_total", map[string]string{"result": "unmanaged"}, 1)
+
+	// The real tables still drive flips and caps.
+	exec(`UPDATE subscription SET int_burst = 25000 WHERE pk_show = $1`, h.a.rows.ShowID)
+	exec(`UPDATE show SET b_scheduler_managed = false WHERE pk_show = $1`, h.b.rows.ShowID)
+	h.waitCheckpoint(h.walNow(), 10*time.Second)
+	ip.waitMetric(t, "sidecar_cap_writes_total", nil, 1)
+	ip.waitMetric(t, "sidecar_managed_flips_total", nil, 1)
+	ip.waitMetric(t, "sidecar_managed_shows", nil, 1)
+	if b, _ := h.rdb.HGet(h.ctx, publisher.SubKey(h.a.rows.ShowID, h.a.alloc), "burst").Result(); b != "250" {
+		t.Errorf("real subscription burst in Redis = %q, want 250", b)
 	}
 }

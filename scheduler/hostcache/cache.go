@@ -178,6 +178,9 @@ type Cache struct {
 	watched     bool // someone holds changed: close it on the next change
 	capChanged  chan struct{}
 	capWatched  bool // someone holds capChanged: close it on the next bump
+	// foreign are the relations whose changes were ignored (not the
+	// mirrored tables; logged once each).
+	foreign map[string]bool
 	// buildGen counts group builds; Cache.Watch includes it (see there).
 	buildGen atomic.Uint64
 
@@ -307,6 +310,15 @@ func (c *Cache) bumpLocked() {
 // hosts stay checked out.
 func (c *Cache) Snapshot(ctx context.Context, q replication.SnapshotQuerier) error {
 	st := newState()
+	// The schema of each mirrored table on this connection's search_path:
+	// the tables the SELECTs below read, and the only ones whose streamed
+	// changes are applied (a same-named table in another schema that the
+	// publication also carries is not Cuebot's).
+	tables, err := replication.ResolveTables(ctx, replication.SnapshotText(q), cachedTables()...)
+	if err != nil {
+		return fmt.Errorf("hostcache: %w", err)
+	}
+	st.tables = tables
 	e := newEffects()
 	for _, sq := range snapshotQueries {
 		rel := replication.NewRelation(0, "", sq.table, nil)
@@ -356,18 +368,24 @@ func (c *Cache) Snapshot(ctx context.Context, q replication.SnapshotQuerier) err
 }
 
 // Apply applies one committed transaction in place. A TRUNCATE of any cached
-// table asks the stream for a new snapshot instead.
+// table asks the stream for a new snapshot instead. Changes of other
+// relations (tables the cache does not mirror, or same-named tables in
+// another schema) are ignored.
 func (c *Cache) Apply(ctx context.Context, txn *replication.Transaction) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for i := range txn.Changes {
-		if ch := &txn.Changes[i]; ch.Op == replication.Truncate && isCachedTable(ch.Relation.Table) {
+		if ch := &txn.Changes[i]; ch.Op == replication.Truncate && c.mirroredLocked(ch) {
 			return fmt.Errorf("hostcache: TRUNCATE %s: %w", ch.Relation.QualifiedName(), replication.ErrResync)
 		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	e := newEffects()
 	for i := range txn.Changes {
-		if err := c.st.apply(&txn.Changes[i], e); err != nil {
+		ch := &txn.Changes[i]
+		if !c.mirroredLocked(ch) {
+			continue
+		}
+		if err := c.st.apply(ch, e); err != nil {
 			return fmt.Errorf("hostcache: transaction %d at %s: %w", txn.XID, txn.CommitLSN, err)
 		}
 	}
@@ -409,10 +427,28 @@ func (c *Cache) Heartbeat(ctx context.Context, hb replication.Heartbeat) error {
 	return nil
 }
 
-func isCachedTable(t string) bool {
-	switch t {
-	case "host", "host_stat", "host_tag", "alloc", "subscription", "show", "facility":
+// mirroredLocked reports whether a streamed change is of a mirrored table
+// (its name and the schema the snapshot resolved it to). Other relations
+// are logged once each: a same-named table in another schema at INFO (its
+// rows would have locked, filled or re-tagged Cuebot's hosts), any other
+// table of the publication at DEBUG.
+func (c *Cache) mirroredLocked(ch *replication.Change) bool {
+	rel := ch.Relation
+	if c.st.tables.Owns(rel) {
 		return true
+	}
+	name := rel.QualifiedName()
+	if !c.foreign[name] {
+		if c.foreign == nil {
+			c.foreign = map[string]bool{}
+		}
+		c.foreign[name] = true
+		if schema, lookAlike := c.st.tables[rel.Table]; lookAlike {
+			c.log.Info("ignoring changes of a table that is not Cuebot's (same name, another schema)",
+				"relation", name, "cuebot_table", schema+"."+rel.Table, "op", ch.Op, "lsn", ch.LSN)
+		} else {
+			c.log.Debug("ignoring changes of a table the cache does not mirror", "relation", name, "op", ch.Op, "lsn", ch.LSN)
+		}
 	}
 	return false
 }

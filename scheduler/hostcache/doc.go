@@ -16,6 +16,13 @@
 // (replication.ErrResync); the cache keeps serving its previous state until
 // the new one is swapped in.
 //
+// "Those tables" means schema and name: each snapshot first resolves the
+// schema the seven names have on the connection's search_path (the tables
+// its SELECTs read; replication.ResolveTables), and only changes of exactly
+// those relations are applied. A same-named table in another schema that
+// the publication also carries (shadow.host) is ignored, TRUNCATE included,
+// like any other table the cache does not mirror (logged once per relation).
+//
 // The mirror keeps the columns the reference host query reads. A host is
 // bookable in group (facility F, show S, tag T), exactly like that query's
 // joins and WHERE clause, when: its lock state is OPEN; it has a host_stat

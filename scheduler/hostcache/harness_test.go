@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,6 +127,17 @@ type fakeQuerier struct {
 func (q fakeQuerier) ConsistentPoint() replication.LSN { return q.cp }
 
 func (q fakeQuerier) Query(ctx context.Context, sql string, fn func(replication.Row) error) error {
+	if strings.Contains(sql, "to_regclass") {
+		// replication.ResolveTables: every mirrored table is in public, the
+		// schema of the farm's relations.
+		b := replication.NewRowBuilder([]replication.Column{{Name: "name"}, {Name: "nspname"}})
+		for _, t := range cachedTables() {
+			if err := fn(b.Row(replication.Value(t), replication.Value("public"))); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for _, sq := range snapshotQueries {
 		if sq.sql != sql {
 			continue

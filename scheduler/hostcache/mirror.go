@@ -72,9 +72,22 @@ type subRec struct {
 	burst, cores        int64 // centicores
 }
 
+// cachedTables are the tables of the mirror (those of snapshotQueries).
+func cachedTables() []string {
+	out := make([]string, len(snapshotQueries))
+	for i, q := range snapshotQueries {
+		out[i] = q.table
+	}
+	return out
+}
+
 // state is one consistent mirror. A snapshot builds a new one and swaps it
 // in; the WAL then updates it in place.
 type state struct {
+	// tables are the mirrored tables with the schema each name resolved to
+	// on the search_path of the session that took the snapshot: the tables
+	// the snapshot read. Only their changes are applied.
+	tables       replication.Tables
 	seq          uint64
 	hosts        map[string]*hostRec
 	stats        map[string]*statRec // by pk_host_stat
@@ -253,7 +266,7 @@ func (st *state) apply(c *replication.Change, e *effects) error {
 	case "facility":
 		return st.applyNamed(c, st.facilities, "pk_facility")
 	}
-	return nil // not ours (a publication with more tables)
+	return nil // not mirrored (a publication with more tables)
 }
 
 func (st *state) applyHost(c *replication.Change, e *effects) error {

@@ -434,3 +434,98 @@ func TestConcurrentCheckoutsWithPostgres(t *testing.T) {
 	e.checkInvariants()
 	t.Logf("%d checkouts against %d committed updates", checkouts.Load(), walTxns.Load())
 }
+
+// TestIgnoresSameNamedTablesInAnotherSchema: tables named like the mirrored
+// ones in another schema (shadow.host, shadow.host_stat, shadow.host_tag,
+// shadow.subscription), added to the publication and written with poisoned
+// copies of the real rows, change nothing in the cache (no host locked,
+// filled, downed, untagged, unsubscribed or invented, no re-snapshot for
+// their TRUNCATE), while the real tables' writes still arrive.
+func TestIgnoresSameNamedTablesInAnotherSchema(t *testing.T) {
+	t.Parallel()
+	shadowed := []string{"host", "host_stat", "host_tag", "subscription"}
+	e := startPG(t, Config{}, func(e *pgEnv) {
+		e.addHost("h1", seedAllocGeneral, 8, 16, "general")
+		e.addHost("h2", seedAllocGeneral, 16, 32, "general")
+		e.exec(`CREATE SCHEMA shadow`)
+		for _, tb := range shadowed {
+			e.exec(fmt.Sprintf(`CREATE TABLE shadow.%[1]s (LIKE public.%[1]s INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)`, tb))
+			e.exec(fmt.Sprintf(`ALTER TABLE shadow.%s REPLICA IDENTITY FULL`, tb))
+			e.exec(fmt.Sprintf(`ALTER PUBLICATION cuesched_hostcache ADD TABLE shadow.%s`, tb))
+			e.exec(fmt.Sprintf(`INSERT INTO shadow.%[1]s SELECT * FROM public.%[1]s`, tb))
+		}
+	})
+	general := pgReq("general")
+	both := func() bool { got := e.offered(general); return len(got) == 2 && got["h1"] && got["h2"] }
+	e.eventually("snapshot hosts", both)
+
+	// barrier commits a real change after the shadow writes: once the cache
+	// shows it, every shadow write before it has been through Apply (commit
+	// order).
+	barrier := func(cores int64) {
+		t.Helper()
+		e.exec(`UPDATE host SET int_cores_idle = $1 WHERE pk_host = 'h1'`, cores)
+		e.eventually("the real table's update", func() bool {
+			h, _, _ := e.c.Lookup("h1", seedShowTesting)
+			return h.IdleCores == cores
+		})
+	}
+	check := func(phase string) {
+		t.Helper()
+		if got := e.offered(general); len(got) != 2 || !got["h1"] || !got["h2"] {
+			t.Fatalf("%s: offered %v, want h1 and h2: shadow rows reached the cache", phase, got)
+		}
+		h2, indexed, _ := e.c.Lookup("h2", seedShowTesting)
+		if !indexed || h2.IdleCores != 1600 || h2.IdleMemKB != 32*gib {
+			t.Errorf("%s: h2 = %+v (indexed %v), want 16 idle cores and 32 GiB", phase, h2, indexed)
+		}
+		if _, _, found := e.c.Lookup("ghost", seedShowTesting); found {
+			t.Errorf("%s: a host inserted into shadow.host is in the cache", phase)
+		}
+		var n int
+		if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM public.host`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.c.Stats().Hosts; got != n {
+			t.Errorf("%s: cache holds %d hosts, public.host %d", phase, got, n)
+		}
+		if s := counter(t, e.reg, "scheduler_host_cache_snapshots_total"); s != 1 {
+			t.Errorf("%s: snapshots = %v: a shadow TRUNCATE made the cache re-snapshot", phase, s)
+		}
+		if r := counter(t, e.reg, "scheduler_replication_reconnects_total"); r != 0 {
+			t.Errorf("%s: the stream reconnected %v times", phase, r)
+		}
+	}
+
+	for _, sql := range []string{
+		`UPDATE shadow.host SET int_cores_idle = 0, int_mem_idle = 0, str_lock_state = 'LOCKED'`,
+		`UPDATE shadow.host_stat SET str_state = 'DOWN', int_mem_free = 0`,
+		`DELETE FROM shadow.host_tag WHERE pk_host = 'h1'`,
+		`DELETE FROM shadow.subscription`,
+		`INSERT INTO shadow.host (pk_host, pk_alloc, str_name, str_lock_state, int_cores, int_cores_idle, int_mem, int_mem_idle, int_thread_mode)
+			VALUES ('ghost', '` + seedAllocGeneral + `', 'ghost', 'OPEN', 6400, 6400, 1048576, 1048576, 0)`,
+		`INSERT INTO shadow.host_stat (pk_host_stat, pk_host, int_mem_total, int_mem_free, str_state, str_os)
+			VALUES ('st-ghost', 'ghost', 1048576, 1048576, 'UP', 'linux')`,
+		`INSERT INTO shadow.host_tag (pk_host_tag, pk_host, str_tag, str_tag_type) VALUES ('tag-ghost', 'ghost', 'general', 'MANUAL')`,
+	} {
+		e.exec(sql)
+	}
+	barrier(250)
+	check("updates, deletes and inserts")
+
+	// TRUNCATE and DELETE of the look-alikes: no re-snapshot, no host gone.
+	e.exec(`TRUNCATE shadow.host_stat`)
+	e.exec(`TRUNCATE shadow.host_tag, shadow.subscription`)
+	e.exec(`DELETE FROM shadow.host`)
+	barrier(300)
+	check("truncates")
+
+	// And the real tables still drive it.
+	e.exec(`UPDATE host SET str_lock_state = 'LOCKED' WHERE pk_host = 'h2'`)
+	e.eventually("a real lock", func() bool { got := e.offered(general); return len(got) == 1 && got["h1"] })
+	e.exec(`TRUNCATE host_tag`)
+	e.eventually("a real TRUNCATE re-snapshots", func() bool {
+		return counter(t, e.reg, "scheduler_host_cache_snapshots_total") == 2 && len(e.offered(general)) == 0
+	})
+	e.checkInvariants()
+}

@@ -77,6 +77,19 @@
 // ones keep the old one, and rows are addressed by column name, so added
 // columns do not disturb consumers.
 //
+// # Which relations are the consumer's
+//
+// A pgoutput RelationMessage names its table by schema and name, and a
+// publication may carry same-named tables of several schemas (shadow.proc
+// next to public.proc). A consumer must not identify a relation by its name
+// alone: ResolveTables finds, at the start of each session (in Snapshot or
+// Resume), the schema each of its table names resolves to on the
+// connection's search_path, i.e. the tables its own unqualified queries
+// read, and Tables.Owns accepts a Relation only when both name and schema
+// match. Changes of other relations are skipped like those of any table the
+// consumer does not handle, and their transactions are acknowledged as
+// usual; a name that resolves to no table stops Run (configuration error).
+//
 // # Values
 //
 // Columns are decoded from pgoutput's text format by type OID into Go values

@@ -1,0 +1,100 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Tables tells a consumer's own tables apart from same-named tables in other
+// schemas. It maps each table name the consumer handles to the schema that
+// name resolves to on the connection's search_path: the table its own
+// unqualified queries (snapshot, lookups) read. A publication may carry a
+// table of the same name in another schema (shadow.proc next to
+// public.proc); a streamed Relation is one of the consumer's tables only if
+// its namespace is the schema its name resolved to (Owns).
+type Tables map[string]string
+
+// Owns reports whether rel is one of the tables: its name is in t and its
+// namespace is the schema that name resolved to.
+func (t Tables) Owns(rel *Relation) bool {
+	if rel == nil {
+		return false
+	}
+	schema, ok := t[rel.Table]
+	return ok && schema == rel.Schema
+}
+
+// String lists the tables as schema.table, sorted (for logs).
+func (t Tables) String() string {
+	out := make([]string, 0, len(t))
+	for name, schema := range t {
+		out = append(out, schema+"."+name)
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
+}
+
+// ResolveTables finds the schema each of names resolves to on the search_path
+// of the connection query runs on (to_regclass, as an unqualified name in
+// any other query would). query runs sql (no parameters, so it works in a
+// snapshot transaction on a replication connection) and calls fn with each
+// row's columns as text. A name that does not resolve to a table (missing,
+// or a view) is a configuration error, which makes Stream.Run return when a
+// Consumer's Snapshot or Resume returns it: the consumer could not tell its
+// rows from anyone else's.
+func ResolveTables(ctx context.Context, query func(ctx context.Context, sql string, fn func(cols []string) error) error, names ...string) (Tables, error) {
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%w: no table to resolve", errConfig)
+	}
+	lits := make([]string, len(names))
+	for i, n := range names {
+		if !identRE.MatchString(n) || strings.ToLower(n) != n {
+			return nil, fmt.Errorf("%w: table name %q is not a plain lower-case identifier", errConfig, n)
+		}
+		lits[i] = "'" + n + "'"
+	}
+	sql := `SELECT t.name, n.nspname::text
+		FROM unnest(ARRAY[` + strings.Join(lits, ", ") + `]::text[]) AS t(name)
+		JOIN pg_catalog.pg_class c ON c.oid = pg_catalog.to_regclass(pg_catalog.quote_ident(t.name))
+		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relkind IN ('r', 'p')`
+	t := Tables{}
+	err := query(ctx, sql, func(cols []string) error {
+		if len(cols) != 2 || cols[0] == "" || cols[1] == "" {
+			return fmt.Errorf("replication: resolve tables: unexpected row %q", cols)
+		}
+		t[cols[0]] = cols[1]
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replication: resolve the schema of %s: %w", strings.Join(names, ", "), err)
+	}
+	var missing []string
+	for _, n := range names {
+		if _, ok := t[n]; !ok {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: no table %s on the search_path", errConfig, strings.Join(missing, ", "))
+	}
+	return t, nil
+}
+
+// SnapshotText adapts a SnapshotQuerier to ResolveTables' query function:
+// every column is passed as text ("" for NULL).
+func SnapshotText(q SnapshotQuerier) func(ctx context.Context, sql string, fn func(cols []string) error) error {
+	return func(ctx context.Context, sql string, fn func([]string) error) error {
+		return q.Query(ctx, sql, func(r Row) error {
+			cols := make([]string, r.Len())
+			for i := range cols {
+				if d := r.At(i); d.State == Present {
+					cols[i] = fmt.Sprint(d.Value)
+				}
+			}
+			return fn(cols)
+		})
+	}
+}
