@@ -29,7 +29,8 @@
 -- Returns
 --   {1, seq}                          booked; seq = acct:seq after the booking
 --   {0, table, current, limit[, why]} a cap would be exceeded; nothing written
---                                     (why = "missing" when no subscription)
+--                                     (why = "missing": no subscription, or a
+--                                     folder/job cap field never written)
 --   {2, seq}                          duplicate: a record for this proc exists
 --   {3}                               show not seeded (check mode only)
 --   {4}                               proc already released (tombstone)
@@ -81,6 +82,21 @@ seed(KEYS[3], 'int_max_gpus', ARGV[8])
 seed(KEYS[2], 'int_max_cores', ARGV[9])
 seed(KEYS[2], 'int_max_gpus', ARGV[10])
 
+-- over checks one folder or job cap: v = {current, max} from HMGET.
+-- A missing cap refuses ("missing"): nothing books against a cap nobody
+-- wrote (the limit reseed and the caller's seed write every cap, 0
+-- included), so a seeding bug shows as work that does not book, never as a
+-- job running past its cap. -1 is unlimited only where sentinel is true
+-- (folders).
+local function over(tbl, v, delta, sentinel)
+  local cur = tonumber(v[1]) or 0
+  local cap = tonumber(v[2])
+  if cap == nil then return {0, tbl, cur, 0, 'missing'} end
+  if sentinel and cap == -1 then return nil end
+  if cur + delta > cap then return {0, tbl, cur, cap} end
+  return nil
+end
+
 if mode == 'check' then
   if cores > 0 then
     -- Subscription burst: no "> 0" guard. A burst of 0 is a frozen
@@ -92,21 +108,24 @@ if mode == 'check' then
     if not s[2] then return {0, 'subscription', cur, 0, 'missing'} end
     local burst = tonumber(s[2]) or 0
     if cur + cores > burst then return {0, 'subscription', cur, burst} end
-    -- Folder and job: "> 0" guard, so -1 (and a missing cap) = unlimited.
+    -- Folder: exactly -1 is unlimited (Cuebot: "int_max_cores = -1 OR
+    -- ..."); any other value is a cap, so 0 books nothing. Job: no
+    -- unlimited value (Cuebot books while int_cores + need <= max).
     local f = redis.call('HMGET', KEYS[2], 'int_cores', 'int_max_cores')
-    local fcur, fmax = tonumber(f[1]) or 0, tonumber(f[2]) or 0
-    if fmax > 0 and fcur + cores > fmax then return {0, 'folder', fcur, fmax} end
+    local r = over('folder', f, cores, true)
+    if r then return r end
     local j = redis.call('HMGET', KEYS[3], 'int_cores', 'int_max_cores')
-    local jcur, jmax = tonumber(j[1]) or 0, tonumber(j[2]) or 0
-    if jmax > 0 and jcur + cores > jmax then return {0, 'job', jcur, jmax} end
+    r = over('job', j, cores, false)
+    if r then return r end
   end
   if gpus > 0 then
+    -- The same for GPUs; a proc without GPUs is never checked against them.
     local f = redis.call('HMGET', KEYS[2], 'int_gpus', 'int_max_gpus')
-    local fcur, fmax = tonumber(f[1]) or 0, tonumber(f[2]) or 0
-    if fmax > 0 and fcur + gpus > fmax then return {0, 'folder_gpus', fcur, fmax} end
+    local r = over('folder_gpus', f, gpus, true)
+    if r then return r end
     local j = redis.call('HMGET', KEYS[3], 'int_gpus', 'int_max_gpus')
-    local jcur, jmax = tonumber(j[1]) or 0, tonumber(j[2]) or 0
-    if jmax > 0 and jcur + gpus > jmax then return {0, 'job_gpus', jcur, jmax} end
+    r = over('job_gpus', j, gpus, false)
+    if r then return r end
   end
 end
 

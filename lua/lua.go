@@ -14,9 +14,13 @@
 //	acct:point:{dept}:{show}    int_min_cores, int_min_gpus, int_cores, int_gpus
 //	acct:seq                    global mutation sequence (INCR by every mutating script)
 //
-// Cores are whole cores, GPUs are device counts, caps keep -1 for
-// "unlimited"; no centicore arithmetic happens in Lua (conversion is the
-// publisher's job). cuesched adds:
+// Cores are whole cores, GPUs are device counts; no centicore arithmetic
+// happens in Lua (conversion is the publisher's job). Caps read as Cuebot
+// reads them: a folder int_max_cores / int_max_gpus of exactly -1 is
+// unlimited and any other value is a cap (0 books nothing); a job's
+// int_max_cores / int_max_gpus and a subscription burst have no unlimited
+// value (0 or a negative value books nothing). A cap field that is missing
+// refuses the booking. cuesched adds:
 //
 //	acct:proc:{proc}    HASH  per-proc booking record: the five keys charged
 //	                          (sub, folder, job, layer, point), cores (whole,
@@ -35,10 +39,14 @@
 //
 // # Scripts
 //
-// Book (book.lua) checks and charges one proc: subscription burst (no "> 0"
-// guard: a missing or zero burst cannot book, as in Cuebot), folder and job
-// max cores, folder and job max GPUs (all with the "> 0" guard, so -1 is
-// unlimited); on success ten HINCRBY (int_cores and int_gpus of the five
+// Book (book.lua) checks and charges one proc: subscription burst (a
+// missing or zero burst cannot book, as in Cuebot), folder and job max
+// cores, folder and job max GPUs (GPU caps only for a proc that takes GPUs).
+// Every check is current + charge <= cap; only a folder cap of -1 skips it,
+// and a missing cap refuses with "missing" (the reference design's "> 0"
+// guard read 0, -1 and missing as unlimited for folders and jobs alike,
+// which Cuebot never does for a job and only does for -1 on a folder);
+// on success ten HINCRBY (int_cores and int_gpus of the five
 // hashes), INCR acct:seq, the per-proc record, and {1, seq}; on failure
 // {0, table, current, limit} and no write. "force" mode skips the checks and
 // the seeding gate. A record that already exists makes the call a no-op

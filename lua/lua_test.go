@@ -209,12 +209,29 @@ func TestBookLimits(t *testing.T) {
 		{"missing subscription", func(e *env) { e.rdb.HDel(e.ctx, subK, "burst") }, 1, 0, "0 subscription 0 0 missing"},
 		{"zero burst is frozen", func(e *env) { e.rdb.HSet(e.ctx, subK, "burst", 0) }, 1, 0, "0 subscription 0 0"},
 		{"folder", func(e *env) { e.rdb.HSet(e.ctx, folderK, "int_max_cores", 3, "int_cores", 1) }, 3, 0, "0 folder 1 3"},
+		{"folder exact fits", func(e *env) { e.rdb.HSet(e.ctx, folderK, "int_max_cores", 3, "int_cores", 1) }, 2, 0, "1 1"},
 		{"folder -1 unlimited", func(e *env) { e.rdb.HSet(e.ctx, folderK, "int_max_cores", -1, "int_cores", 100) }, 3, 0, "1 1"},
+		// Cuebot: a folder max of 0 (or any negative value but -1) books nothing.
+		{"folder 0 refuses", func(e *env) { e.rdb.HSet(e.ctx, folderK, "int_max_cores", 0) }, 1, 0, "0 folder 0 0"},
+		{"folder -2 refuses", func(e *env) { e.rdb.HSet(e.ctx, folderK, "int_max_cores", -2) }, 1, 0, "0 folder 0 -2"},
+		{"folder missing cap refuses", func(e *env) { e.rdb.HDel(e.ctx, folderK, "int_max_cores") }, 1, 0, "0 folder 0 0 missing"},
 		{"job", func(e *env) { e.rdb.HSet(e.ctx, jobK, "int_cores", 10) }, 3, 0, "0 job 10 12"},
-		{"job missing cap unlimited", func(e *env) { e.rdb.HDel(e.ctx, jobK, "int_max_cores") }, 20, 0, "1 1"},
+		// Cuebot: a job books only while int_cores + need <= int_max_cores,
+		// so 0 and -1 are caps like any other, never "unlimited".
+		{"job 0 refuses", func(e *env) { e.rdb.HSet(e.ctx, jobK, "int_max_cores", 0) }, 1, 0, "0 job 0 0"},
+		{"job -1 refuses", func(e *env) { e.rdb.HSet(e.ctx, jobK, "int_max_cores", -1) }, 1, 0, "0 job 0 -1"},
+		{"job missing cap refuses", func(e *env) { e.rdb.HDel(e.ctx, jobK, "int_max_cores") }, 1, 0, "0 job 0 0 missing"},
 		{"folder gpus", func(e *env) { e.rdb.HSet(e.ctx, folderK, "int_max_gpus", 1) }, 1, 2, "0 folder_gpus 0 1"},
+		{"folder gpus 0 refuses gpus", func(e *env) { e.rdb.HSet(e.ctx, folderK, "int_max_gpus", 0) }, 1, 1, "0 folder_gpus 0 0"},
+		{"folder gpus 0 books cpu", func(e *env) { e.rdb.HSet(e.ctx, folderK, "int_max_gpus", 0) }, 1, 0, "1 1"},
+		{"folder gpus -1 unlimited", nil, 1, 2, "1 1"},
 		{"job gpus", nil, 1, 3, "0 job_gpus 0 2"},
-		{"gpus -1 unlimited", func(e *env) { e.rdb.HSet(e.ctx, jobK, "int_max_gpus", -1) }, 1, 30, "1 1"},
+		{"job gpus exact fits", nil, 1, 2, "1 1"},
+		{"job gpus 0 refuses gpus", func(e *env) { e.rdb.HSet(e.ctx, jobK, "int_max_gpus", 0) }, 1, 1, "0 job_gpus 0 0"},
+		{"job gpus 0 books cpu", func(e *env) { e.rdb.HSet(e.ctx, jobK, "int_max_gpus", 0) }, 1, 0, "1 1"},
+		{"job gpus -1 refuses gpus", func(e *env) { e.rdb.HSet(e.ctx, jobK, "int_max_gpus", -1) }, 1, 1, "0 job_gpus 0 -1"},
+		{"job gpus missing refuses gpus", func(e *env) { e.rdb.HDel(e.ctx, jobK, "int_max_gpus") }, 1, 1, "0 job_gpus 0 0 missing"},
+		{"job gpus missing books cpu", func(e *env) { e.rdb.HDel(e.ctx, jobK, "int_max_gpus") }, 1, 0, "1 1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -267,6 +284,34 @@ func TestBookSeedsMissingCapsOnly(t *testing.T) {
 	e.book("check", "p2", 1, 100, 0, "500", "", "", "")
 	if e.field(jobK, "int_max_cores") != 5 {
 		t.Errorf("seed overwrote job cap: %d", e.field(jobK, "int_max_cores"))
+	}
+}
+
+// TestBookSeededZeroCapsRefuse: caps of 0 that arrive through the caller's
+// seed (a job created with max 0 since the last reseed) are written and
+// enforced as caps, never mistaken for "not supplied" or "unlimited".
+func TestBookSeededZeroCapsRefuse(t *testing.T) {
+	e := newEnv(t)
+	e.seed()
+	e.rdb.HDel(e.ctx, jobK, "int_max_cores", "int_max_gpus")
+	if got := reply(e.book("check", "p1", 1, 100, 0, "0", "0", "-1", "-1")); got != "0 job 0 0" {
+		t.Fatalf("book under a seeded job cap of 0 = %q, want \"0 job 0 0\"", got)
+	}
+	if v, err := e.rdb.HGet(e.ctx, jobK, "int_max_cores").Result(); err != nil || v != "0" {
+		t.Errorf("seeded job int_max_cores = %q, %v; want \"0\" written", v, err)
+	}
+	// The job's GPU cap of 0 refuses a GPU booking once its core cap allows.
+	e.rdb.HSet(e.ctx, jobK, "int_max_cores", 10)
+	if got := reply(e.book("check", "p2", 1, 100, 1)); got != "0 job_gpus 0 0" {
+		t.Fatalf("GPU booking under a seeded job GPU cap of 0 = %q", got)
+	}
+	if got := reply(e.book("check", "p3", 1, 100, 0)); got != "1 1" {
+		t.Fatalf("CPU booking under a job GPU cap of 0 = %q, want booked", got)
+	}
+	// A folder seeded with 0 refuses; one seeded with -1 (above) is unlimited.
+	e.rdb.Del(e.ctx, folderK)
+	if got := reply(e.book("check", "p4", 1, 100, 0, "", "", "0", "-1")); got != "0 folder 0 0" {
+		t.Fatalf("book under a seeded folder cap of 0 = %q", got)
 	}
 }
 

@@ -48,7 +48,8 @@ func BenchmarkBookingScript(b *testing.B) {
 	if err := pub.WriteLimits(ctx, publisher.Limits{
 		Subs:    []publisher.SubLimits{{ShowID: "S", AllocID: "A", Burst: 1 << 50}},
 		Folders: []publisher.FolderLimits{{FolderID: "F", ShowID: "S", MaxCores: -1, MaxGPUs: -1}},
-		Jobs:    []publisher.JobLimits{{JobID: "J", MaxCores: -1, MaxGPUs: -1}},
+		// A job cap has no "unlimited" value (-1 books nothing): a huge one.
+		Jobs: []publisher.JobLimits{{JobID: "J", MaxCores: 1 << 40, MaxGPUs: 1 << 30}},
 	}, 0); err != nil {
 		b.Fatal(err)
 	}

@@ -56,11 +56,23 @@
 // and nowhere else. A booking is charged ChargeCores(centicores) = ceil(c /
 // 100): Cuebot books fractions (50 centicores = half a core) and a rounded-
 // down charge of 0 would lose the booking. The record keeps the exact
-// centicores. Caps convert with CapCores: round down (never allow more than
-// Postgres does) but a positive cap stays at least 1 (0 would read as
-// unlimited under the "> 0" guard); -1 stays -1. GPUs and priority pass
-// through verbatim. The consequence, by design, is that Redis may under-book
-// by less than one core per proc against Postgres, never over-book.
+// centicores. Caps round down (never allow more than Postgres does) and keep
+// Cuebot's reading of each table:
+//
+//   - subscription size and burst (CapCores): a positive value stays at
+//     least 1 core, so a burst below one core still books one fractional
+//     proc; a burst of 0 or below books nothing (no "unlimited" burst);
+//   - folder max cores and GPUs (FolderCapCores, FolderCapGPUs): exactly -1
+//     is unlimited (Cuebot's "int_max_cores = -1 OR ..."); any other value
+//     is a cap, so 0, a fraction of a core and other negatives book nothing;
+//   - job max cores and GPUs (JobCapCores, JobCapGPUs): no unlimited value
+//     (Cuebot books while int_cores + need <= int_max_cores), so 0 and
+//     negatives book nothing; a GPU cap binds only procs that take GPUs.
+//
+// A cap field missing from Redis refuses the booking (LimitError.Missing),
+// never reads as unlimited or as some default. Priority passes through
+// verbatim. The consequence, by design, is that Redis may under-book by less
+// than one core per proc against Postgres, never over-book.
 //
 // # Redis topology
 //

@@ -48,11 +48,15 @@ type LimitError struct {
 	Current int64 // booked before this booking (cores or GPUs)
 	Delta   int64 // what this booking asked for
 	Limit   int64 // the cap
-	// Missing: the show has no subscription on this allocation at all.
+	// Missing: the cap is not in Redis at all: the show has no subscription
+	// on this allocation, or (folder and job tables) the cap field was never
+	// written (no limit reseed and no SeedCaps since the folder or job
+	// appeared). Nothing books against a cap nobody wrote.
 	Missing bool
 }
 
 func (e *LimitError) Error() string {
+	var what, id, unit string
 	switch e.Table {
 	case TableSubscription:
 		if e.Missing {
@@ -60,13 +64,18 @@ func (e *LimitError) Error() string {
 		}
 		return fmt.Sprintf("subscription burst exceeded: show %s alloc %s: %d + %d > %d cores", e.ShowID, e.AllocID, e.Current, e.Delta, e.Limit)
 	case TableFolder:
-		return fmt.Sprintf("folder max cores exceeded: folder %s: %d + %d > %d cores", e.Folder, e.Current, e.Delta, e.Limit)
+		what, id, unit = "folder max cores", "folder "+e.Folder, "cores"
 	case TableJob:
-		return fmt.Sprintf("job max cores exceeded: job %s: %d + %d > %d cores", e.Job, e.Current, e.Delta, e.Limit)
+		what, id, unit = "job max cores", "job "+e.Job, "cores"
 	case TableFolderGPUs:
-		return fmt.Sprintf("folder max GPUs exceeded: folder %s: %d + %d > %d GPUs", e.Folder, e.Current, e.Delta, e.Limit)
+		what, id, unit = "folder max GPUs", "folder "+e.Folder, "GPUs"
 	case TableJobGPUs:
-		return fmt.Sprintf("job max GPUs exceeded: job %s: %d + %d > %d GPUs", e.Job, e.Current, e.Delta, e.Limit)
+		what, id, unit = "job max GPUs", "job "+e.Job, "GPUs"
+	default:
+		return fmt.Sprintf("%s limit exceeded: %d + %d > %d", e.Table, e.Current, e.Delta, e.Limit)
 	}
-	return fmt.Sprintf("%s limit exceeded: %d + %d > %d", e.Table, e.Current, e.Delta, e.Limit)
+	if e.Missing {
+		return fmt.Sprintf("%s: %s not in Redis (never seeded): refused until the limit reseed writes it", id, what)
+	}
+	return fmt.Sprintf("%s exceeded: %s: %d + %d > %d %s", what, id, e.Current, e.Delta, e.Limit, unit)
 }

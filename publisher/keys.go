@@ -59,11 +59,13 @@ func ChargeCores(centicores int64) int64 {
 	return (centicores + 99) / 100
 }
 
-// CapCores converts a cap or size in centicores to whole cores for Redis:
-// negative values become -1 (unlimited, kept verbatim in meaning), 0 stays 0,
-// and a positive cap rounds down (never allowing more than Postgres does)
-// but to at least 1 core, because 0 would read as "unlimited" under the
-// folder/job "> 0" guard.
+// CapCores converts a subscription size or burst, or a folder or point
+// minimum, in centicores to whole cores for Redis: negative values become -1,
+// 0 stays 0, and a positive value rounds down but to at least 1 core, so a
+// burst below one core still books one (fractional) proc, charged as one
+// whole core, as Cuebot books it (int_cores + units <= int_burst). The
+// booking script has no "unlimited" reading of a burst: -1 and 0 both book
+// nothing. Folder and job caps convert with FolderCapCores and JobCapCores.
 func CapCores(centicores int64) int64 {
 	switch {
 	case centicores < 0:
@@ -75,6 +77,62 @@ func CapCores(centicores int64) int64 {
 	default:
 		return centicores / 100
 	}
+}
+
+// Unlimited is the folder cap sentinel, in Postgres (folder_resource
+// int_max_cores and int_max_gpus) and in Redis alike: exactly -1, nothing
+// else, as in Cuebot's dispatch query ("int_max_cores = -1 OR ...").
+const Unlimited = -1
+
+// FolderCapCores converts folder_resource.int_max_cores (centicores) to the
+// whole cores the booking script enforces. Cuebot books a folder only when
+// its max is -1 or the folder has room under it, so -1 stays -1 (Unlimited)
+// and every other value is a cap: rounded down (never allowing more than
+// Postgres does), so 0, a value below one core and any other negative value
+// (-2, -100: not the sentinel, Cuebot books nothing under them) all become 0,
+// which books nothing.
+func FolderCapCores(centicores int64) int64 {
+	switch {
+	case centicores == Unlimited:
+		return Unlimited
+	case centicores < 100:
+		return 0
+	default:
+		return centicores / 100
+	}
+}
+
+// FolderCapGPUs converts folder_resource.int_max_gpus: -1 stays -1
+// (Unlimited), any other negative value is a cap of 0, the rest verbatim.
+func FolderCapGPUs(v int64) int64 {
+	switch {
+	case v == Unlimited:
+		return Unlimited
+	case v < 0:
+		return 0
+	default:
+		return v
+	}
+}
+
+// JobCapCores converts job_resource.int_max_cores (centicores) to whole
+// cores. A job cap has no "unlimited" value in Cuebot (it books only while
+// int_cores + need <= int_max_cores), so it is always a cap: rounded down,
+// and 0, a value below one core and every negative value become 0, which
+// books nothing.
+func JobCapCores(centicores int64) int64 {
+	if centicores < 100 {
+		return 0
+	}
+	return centicores / 100
+}
+
+// JobCapGPUs converts job_resource.int_max_gpus: always a cap (no sentinel;
+// Cuebot's isJobBookable refuses int_gpus + gpus > int_max_gpus), negative
+// values become 0. It binds GPU bookings only: a proc with no GPUs is never
+// checked against it.
+func JobCapGPUs(v int64) int64 {
+	return max(v, 0)
 }
 
 // FormatLSN renders an LSN as the fixed-width upper-case hex the release

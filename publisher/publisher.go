@@ -131,8 +131,10 @@ type Booking struct {
 	Seed *SeedCaps
 }
 
-// SeedCaps are caps in Postgres units (centicores; -1 = unlimited; GPUs
-// verbatim), from job_resource and folder_resource.
+// SeedCaps are caps in Postgres units (centicores; GPUs verbatim), from
+// job_resource and folder_resource, converted like WriteLimits converts them
+// (JobCapCores, JobCapGPUs, FolderCapCores, FolderCapGPUs): -1 is unlimited
+// for a folder only; a job cap, and every other folder value, is a cap.
 type SeedCaps struct {
 	JobMaxCores    int64
 	JobMaxGPUs     int64
@@ -200,8 +202,8 @@ func (p *Publisher) doBook(ctx context.Context, b Booking, mode string) (Result,
 	}
 	args := []any{mode, b.ProcID, b.ShowID, cores, b.Centicores, b.GPUs, "", "", "", ""}
 	if s := b.Seed; s != nil {
-		args[6], args[7] = CapCores(s.JobMaxCores), capGPUs(s.JobMaxGPUs)
-		args[8], args[9] = CapCores(s.FolderMaxCores), capGPUs(s.FolderMaxGPUs)
+		args[6], args[7] = JobCapCores(s.JobMaxCores), JobCapGPUs(s.JobMaxGPUs)
+		args[8], args[9] = FolderCapCores(s.FolderMaxCores), FolderCapGPUs(s.FolderMaxGPUs)
 	}
 	start := time.Now()
 	v, err := p.book.Run(ctx, p.rdb, keys, args...).Slice()
@@ -248,13 +250,6 @@ func (p *Publisher) doBook(ctx context.Context, b Booking, mode string) (Result,
 	}
 	p.m.bookings.WithLabelValues("error").Inc()
 	return Result{}, fmt.Errorf("accounting book proc %s: unexpected reply %v", b.ProcID, v)
-}
-
-func capGPUs(v int64) int64 {
-	if v < 0 {
-		return -1
-	}
-	return v
 }
 
 // ReleaseResult counts what a release call did, per proc.

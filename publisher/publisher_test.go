@@ -91,14 +91,34 @@ func (f *fixture) expectCores(want int64) {
 }
 
 func TestUnitConversion(t *testing.T) {
-	for _, c := range []struct{ in, charge, cap int64 }{
-		{-1, 0, -1}, {-500, 0, -1}, {0, 0, 0}, {1, 1, 1}, {50, 1, 1}, {99, 1, 1}, {100, 1, 1}, {101, 2, 1}, {150, 2, 1}, {12500, 125, 125},
+	// cap: subscriptions and minimums; folder: folder_resource max cores
+	// (only -1 is unlimited); job: job_resource max cores (no unlimited).
+	for _, c := range []struct{ in, charge, cap, folder, job int64 }{
+		{-500, 0, -1, 0, 0}, {-100, 0, -1, 0, 0}, {-2, 0, -1, 0, 0}, {-1, 0, -1, -1, 0}, {0, 0, 0, 0, 0},
+		{1, 1, 1, 0, 0}, {50, 1, 1, 0, 0}, {99, 1, 1, 0, 0}, {100, 1, 1, 1, 1}, {101, 2, 1, 1, 1},
+		{150, 2, 1, 1, 1}, {12500, 125, 125, 125, 125}, {2147483647, 21474837, 21474836, 21474836, 21474836},
 	} {
 		if got := publisher.ChargeCores(c.in); got != c.charge {
 			t.Errorf("ChargeCores(%d) = %d, want %d", c.in, got, c.charge)
 		}
 		if got := publisher.CapCores(c.in); got != c.cap {
 			t.Errorf("CapCores(%d) = %d, want %d", c.in, got, c.cap)
+		}
+		if got := publisher.FolderCapCores(c.in); got != c.folder {
+			t.Errorf("FolderCapCores(%d) = %d, want %d", c.in, got, c.folder)
+		}
+		if got := publisher.JobCapCores(c.in); got != c.job {
+			t.Errorf("JobCapCores(%d) = %d, want %d", c.in, got, c.job)
+		}
+	}
+	for _, c := range []struct{ in, folder, job int64 }{
+		{-7, 0, 0}, {-1, -1, 0}, {0, 0, 0}, {1, 1, 1}, {100, 100, 100},
+	} {
+		if got := publisher.FolderCapGPUs(c.in); got != c.folder {
+			t.Errorf("FolderCapGPUs(%d) = %d, want %d", c.in, got, c.folder)
+		}
+		if got := publisher.JobCapGPUs(c.in); got != c.job {
+			t.Errorf("JobCapGPUs(%d) = %d, want %d", c.in, got, c.job)
 		}
 	}
 	if s := publisher.FormatLSN(0x16B3748); s != "00000000016B3748" {
@@ -248,6 +268,94 @@ func TestSeedCapsCloseTheNewJobGap(t *testing.T) {
 	}
 }
 
+// TestZeroCapsStopBooking: caps as Cuebot reads them, end to end through
+// WriteLimits (what the limit reseed and the sidecar write) and the booking
+// script. A job cap of 0 or below and a folder cap of 0 (or any negative but
+// -1) book nothing; a folder cap of -1 is unlimited; a job or folder GPU cap
+// of 0 refuses GPU procs and not CPU ones; a cap that was never written
+// refuses instead of reading as unlimited.
+func TestZeroCapsStopBooking(t *testing.T) {
+	f := newFixture(t, publisher.Options{})
+	f.seedShow()
+	n := 0
+	book := func(b publisher.Booking) error {
+		n++
+		b.ProcID = fmt.Sprintf("p%d", n)
+		_, err := f.pub.Book(f.ctx, b)
+		return err
+	}
+	limits := func(folderCores, folderGPUs, jobCores, jobGPUs int64) {
+		t.Helper()
+		if err := f.pub.WriteLimits(f.ctx, publisher.Limits{
+			Folders: []publisher.FolderLimits{{FolderID: "F", ShowID: "S", MaxCores: folderCores, MaxGPUs: folderGPUs}},
+			Jobs:    []publisher.JobLimits{{JobID: "J", MaxCores: jobCores, MaxGPUs: jobGPUs}},
+		}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused := func(what string, err error, table string, limit int64) {
+		t.Helper()
+		var le *publisher.LimitError
+		if !errors.As(err, &le) || le.Table != table || le.Limit != limit || le.Missing {
+			t.Errorf("%s: err = %v, want a %s LimitError at %d", what, err, table, limit)
+		}
+	}
+	cpu, gpu := booking("", 100), booking("", 100)
+	gpu.GPUs = 1
+	if err := book(cpu); err != nil {
+		t.Fatalf("booking under the seeded caps: %v", err)
+	}
+
+	// A cap lowered to 0 by a reseed stops booking at once.
+	limits(-1, -1, 0, 2)
+	if v := f.rdb.HGet(f.ctx, publisher.JobKey("J"), "int_max_cores").Val(); v != "0" {
+		t.Errorf("job int_max_cores in Redis = %q, want \"0\"", v)
+	}
+	refused("job max 0", book(cpu), publisher.TableJob, 0)
+	limits(-1, -1, -100, 2)
+	refused("job max -100 (no unlimited value for a job)", book(cpu), publisher.TableJob, 0)
+	limits(-1, -1, 50, 2)
+	refused("job max half a core", book(cpu), publisher.TableJob, 0)
+
+	limits(0, -1, 1200, 2)
+	refused("folder max 0", book(cpu), publisher.TableFolder, 0)
+	limits(-2, -1, 1200, 2)
+	refused("folder max -2 (only -1 is unlimited)", book(cpu), publisher.TableFolder, 0)
+	limits(-1, -1, 1200, 2)
+	if err := book(cpu); err != nil {
+		t.Errorf("folder max -1 is unlimited: %v", err)
+	}
+
+	limits(-1, -1, 1200, 0)
+	refused("job max GPUs 0", book(gpu), publisher.TableJobGPUs, 0)
+	if err := book(cpu); err != nil {
+		t.Errorf("a CPU proc under job max GPUs 0: %v", err)
+	}
+	limits(-1, 0, 1200, 2)
+	refused("folder max GPUs 0", book(gpu), publisher.TableFolderGPUs, 0)
+	if err := book(cpu); err != nil {
+		t.Errorf("a CPU proc under folder max GPUs 0: %v", err)
+	}
+	limits(-1, -1, 1200, 2)
+	if err := book(gpu); err != nil {
+		t.Errorf("GPU proc under GPU caps -1 (folder) and 2 (job): %v", err)
+	}
+	f.expectCores(5)
+
+	// A job whose caps were never written (no reseed, no seed) is refused
+	// and says why.
+	b := booking("", 100)
+	b.JobID = "J-new"
+	err := book(b)
+	var le *publisher.LimitError
+	if !errors.As(err, &le) || le.Table != publisher.TableJob || !le.Missing || !strings.Contains(err.Error(), "not in Redis") {
+		t.Errorf("job without caps in Redis: %v, want a missing job cap", err)
+	}
+	// With the caller's seed of 0 it is refused as a cap of 0.
+	b.Seed = &publisher.SeedCaps{JobMaxCores: 0, JobMaxGPUs: 100, FolderMaxCores: -1, FolderMaxGPUs: -1}
+	refused("job seeded with max 0", book(b), publisher.TableJob, 0)
+}
+
 func TestRollbackAndRelease(t *testing.T) {
 	f := newFixture(t, publisher.Options{})
 	f.seedShow()
@@ -344,7 +452,7 @@ func TestNoScriptFallback(t *testing.T) {
 func TestConcurrentBookingNeverExceedsBurst(t *testing.T) {
 	f := newFixture(t, publisher.Options{})
 	f.seedShow()
-	f.rdb.HSet(f.ctx, publisher.JobKey("J"), "int_max_cores", -1)
+	f.rdb.HSet(f.ctx, publisher.JobKey("J"), "int_max_cores", 1<<30) // out of the way
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	booked := 0

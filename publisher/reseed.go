@@ -302,14 +302,16 @@ type SubLimits struct {
 	Size, Burst     int64
 }
 
-// FolderLimits are folder_resource caps (centicores, GPUs; -1 = unlimited).
+// FolderLimits are folder_resource caps (centicores, GPUs; -1 = unlimited,
+// any other value is a cap).
 type FolderLimits struct {
 	FolderID, ShowID   string
 	MinCores, MaxCores int64
 	MinGPUs, MaxGPUs   int64
 }
 
-// JobLimits are job_resource caps and priority.
+// JobLimits are job_resource caps (centicores, GPUs; no unlimited value: 0
+// or a negative cap books nothing) and priority.
 type JobLimits struct {
 	JobID             string
 	MaxCores, MaxGPUs int64
@@ -334,7 +336,11 @@ type Limits struct {
 func (l Limits) Len() int { return len(l.Subs) + len(l.Folders) + len(l.Jobs) + len(l.Points) }
 
 // WriteLimits writes cap fields with plain HSETs (pipelined, in chunks of
-// chunk hashes; 0 = 500), converted to whole cores (CapCores, -1 kept). It
+// chunk hashes; 0 = 500), converted to whole cores: subscriptions and
+// minimums with CapCores, folder caps with FolderCapCores / FolderCapGPUs
+// (-1 kept as unlimited), job caps with JobCapCores / JobCapGPUs. Every cap
+// field is written, 0 included, so a cap lowered to 0 books nothing from the
+// next booking on (a missing field is refused too, never read as 0). It
 // never touches int_cores / int_gpus, so it cannot clobber a booking and
 // needs no compare-and-swap: limit fields are written only by reseeds.
 func (p *Publisher) WriteLimits(ctx context.Context, l Limits, chunk int) error {
@@ -350,11 +356,11 @@ func (p *Publisher) WriteLimits(ctx context.Context, l Limits, chunk int) error 
 		all = append(all, hset{SubKey(s.ShowID, s.AllocID), []any{"size", CapCores(s.Size), "burst", CapCores(s.Burst)}})
 	}
 	for _, f := range l.Folders {
-		all = append(all, hset{FolderKey(f.FolderID), []any{"int_min_cores", CapCores(f.MinCores), "int_max_cores", CapCores(f.MaxCores),
-			"int_min_gpus", f.MinGPUs, "int_max_gpus", capGPUs(f.MaxGPUs), "show_id", f.ShowID}})
+		all = append(all, hset{FolderKey(f.FolderID), []any{"int_min_cores", CapCores(f.MinCores), "int_max_cores", FolderCapCores(f.MaxCores),
+			"int_min_gpus", f.MinGPUs, "int_max_gpus", FolderCapGPUs(f.MaxGPUs), "show_id", f.ShowID}})
 	}
 	for _, j := range l.Jobs {
-		all = append(all, hset{JobKey(j.JobID), []any{"int_max_cores", CapCores(j.MaxCores), "int_max_gpus", capGPUs(j.MaxGPUs), "int_priority", j.Priority}})
+		all = append(all, hset{JobKey(j.JobID), []any{"int_max_cores", JobCapCores(j.MaxCores), "int_max_gpus", JobCapGPUs(j.MaxGPUs), "int_priority", j.Priority}})
 	}
 	for _, pt := range l.Points {
 		all = append(all, hset{PointKey(pt.DeptID, pt.ShowID), []any{"int_min_cores", CapCores(pt.MinCores), "int_min_gpus", pt.MinGPUs}})

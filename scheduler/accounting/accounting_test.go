@@ -268,8 +268,8 @@ func TestLimitReseedCopiesCapsOnly(t *testing.T) {
 		{publisher.SubKey(sh.id, sh.alloc), "int_cores", 6}, // booked counter untouched
 		{publisher.JobKey(sh.jobs[0].id), "int_max_cores", 7},
 		{publisher.JobKey(sh.jobs[0].id), "int_priority", 42},
-		{publisher.FolderKey(sh.folder), "int_max_cores", 1}, // 99 centicores: at least one core, never "unlimited"
-		{publisher.FolderKey(sh.folder), "int_max_gpus", -1},
+		{publisher.FolderKey(sh.folder), "int_max_cores", 0}, // 99 centicores: under one core, a cap of 0 (books nothing)
+		{publisher.FolderKey(sh.folder), "int_max_gpus", 0},  // -7: not the -1 sentinel, so a cap (Cuebot books nothing)
 	} {
 		if got := f.counter(c.key, c.field); got != c.want {
 			t.Errorf("%s %s = %d, want %d", c.key, c.field, got, c.want)
@@ -278,10 +278,10 @@ func TestLimitReseedCopiesCapsOnly(t *testing.T) {
 	if got := metric(t, reg, "scheduler_accounting_reseed_cycles_total", "kind", "limit", "result", "ok"); got != 1 {
 		t.Errorf("limit reseed cycles = %v", got)
 	}
-	// The new caps bind at once: the 99-centicore folder cap as 1 core.
+	// The new caps bind at once: the 99-centicore folder cap as 0 cores.
 	_, err := f.pub.Book(f.ctx, sh.booking("p2", 0, 200))
 	var le *publisher.LimitError
-	if !errors.As(err, &le) || le.Table != "folder" || le.Limit != 1 {
+	if !errors.As(err, &le) || le.Table != "folder" || le.Limit != 0 {
 		t.Fatalf("booking above the folder cap: %v", err)
 	}
 	f.exec(`UPDATE folder_resource SET int_max_cores = -1 WHERE pk_folder = $1`, sh.folder)

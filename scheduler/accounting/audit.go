@@ -37,9 +37,11 @@ type AuditReport struct {
 // Audit compares, for every managed show, each Redis booked counter with
 // SUM(proc) over the proc rows (in whole cores as charged: the sum of
 // ceil(centicores / 100) per proc, see publisher.ChargeCores), each cap
-// field with its accounting table (converted with publisher.CapCores), the
-// seeding markers, and the per-proc records with the proc rows. It only
-// reads. On a live system, bookings in flight between the two reads show up
+// field with its accounting table (converted as WriteLimits converts it:
+// publisher.CapCores, FolderCapCores / FolderCapGPUs, JobCapCores /
+// JobCapGPUs; a missing field is drift, since the booking script refuses
+// it), the seeding markers, and the per-proc records with the proc rows. It
+// only reads. On a live system, bookings in flight between the two reads show up
 // as transient record or counter differences; run it again to confirm.
 func Audit(ctx context.Context, pool *pgxpool.Pool, pub *publisher.Publisher) (*AuditReport, error) {
 	st := &store{pool: pool}
@@ -138,11 +140,11 @@ func Audit(ctx context.Context, pool *pgxpool.Pool, pub *publisher.Publisher) (*
 		}
 		for _, f := range l.Folders {
 			caps = append(caps, capCheck{publisher.FolderKey(f.FolderID), []string{"int_min_cores", "int_max_cores", "int_min_gpus", "int_max_gpus"},
-				[]int64{publisher.CapCores(f.MinCores), publisher.CapCores(f.MaxCores), f.MinGPUs, gpuCap(f.MaxGPUs)}})
+				[]int64{publisher.CapCores(f.MinCores), publisher.FolderCapCores(f.MaxCores), f.MinGPUs, publisher.FolderCapGPUs(f.MaxGPUs)}})
 		}
 		for _, j := range l.Jobs {
 			caps = append(caps, capCheck{publisher.JobKey(j.JobID), []string{"int_max_cores", "int_max_gpus", "int_priority"},
-				[]int64{publisher.CapCores(j.MaxCores), gpuCap(j.MaxGPUs), j.Priority}})
+				[]int64{publisher.JobCapCores(j.MaxCores), publisher.JobCapGPUs(j.MaxGPUs), j.Priority}})
 		}
 		for _, p := range l.Points {
 			caps = append(caps, capCheck{publisher.PointKey(p.DeptID, p.ShowID), []string{"int_min_cores", "int_min_gpus"},
@@ -260,11 +262,4 @@ func show(v any) string {
 		return "(missing)"
 	}
 	return fmt.Sprint(v)
-}
-
-func gpuCap(v int64) int64 {
-	if v < 0 {
-		return -1
-	}
-	return v
 }

@@ -47,9 +47,10 @@
 //     subscription, folder_resource, job_resource, layer_resource and point,
 //     for shows still managed at write time, changed rows only. Cuebot's
 //     verify_subscription / verify_job_resources triggers fire only when the
-//     cap column is unchanged, so the cap moves by one and back in the same
-//     transaction: a total above a cap lowered after the procs booked is a
-//     fact to record, not an error.
+//     cap column is unchanged, so the cap is set to its bitwise complement
+//     and back in the same transaction (which, unlike +1, cannot overflow a
+//     cap at the top of the integer range): a total above a cap lowered
+//     after the procs booked is a fact to record, not an error.
 //
 // A booking between the snapshot and the write (the reference trace t0..t6)
 // only adds a record the reconcile leaves alone; nothing retries, so nothing
@@ -70,8 +71,10 @@
 // The limit reseed (LimitReseedInterval, default 300 s) copies size, burst,
 // folder and job caps, priority and point minimums with plain HSETs of limit
 // fields only. It never touches int_cores or int_gpus, so it cannot clobber a
-// booking and needs no CAS. Caps convert with publisher.CapCores: -1 stays -1,
-// a positive cap rounds down but never to 0 (which would read as unlimited).
+// booking and needs no CAS. Caps read as Cuebot reads them and convert to
+// whole cores rounding down (publisher.JobCapCores, FolderCapCores, ...):
+// only a folder cap of exactly -1 is unlimited; a job cap, or a folder cap
+// of any other value, below one core is 0 and books nothing.
 // A job created after the last reseed has no caps in Redis; the dispatcher
 // passes the caps it read with the booking (publisher.Booking.Seed) and the
 // script fills missing cap fields before checking, so a new job is never

@@ -280,9 +280,13 @@ type pgWriteCounts struct {
 // write time (a show flipped back to Cuebot meanwhile belongs to Cuebot) and
 // only rows whose value changes. verify_subscription and
 // verify_job_resources fire only when the cap column is unchanged, so the
-// update moves the cap by one and a second statement moves it back, in the
-// same transaction (rows stay locked in between): a recompute must be able
-// to write a total above a cap that was lowered after the procs booked.
+// update moves the cap and a second statement moves it back, in the same
+// transaction (rows stay locked in between): a recompute must be able to
+// write a total above a cap that was lowered after the procs booked. The
+// move is the bitwise complement (~cap = -cap - 1), which differs from every
+// value and, unlike cap + 1, cannot overflow at the top of the column's
+// range (a job max of 2147483647, a burst of 2^63 - 1); applied twice it
+// restores the cap exactly, 0 and -1 included.
 func (s *store) writeTotals(ctx context.Context, sn *snapshot) (pgWriteCounts, error) {
 	var n pgWriteCounts
 	if len(sn.shows) == 0 {
@@ -304,7 +308,7 @@ func (s *store) writeTotals(ctx context.Context, sn *snapshot) (pgWriteCounts, e
 			shows, allocs, cores, gpus = append(shows, k[0]), append(allocs, k[1]), append(cores, v[0]), append(gpus, v[1])
 		}
 		rows, err := tx.Query(ctx, `
-UPDATE subscription s SET int_cores = v.cores::int, int_gpus = v.gpus::int, int_burst = s.int_burst + 1
+UPDATE subscription s SET int_cores = v.cores::int, int_gpus = v.gpus::int, int_burst = ~s.int_burst
   FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS v(show, alloc, cores, gpus), show sh
  WHERE s.pk_show = v.show AND s.pk_alloc = v.alloc AND sh.pk_show = s.pk_show AND sh.b_scheduler_managed
    AND (s.int_cores, s.int_gpus) IS DISTINCT FROM (v.cores::int, v.gpus::int)
@@ -317,7 +321,7 @@ RETURNING s.pk_subscription`, shows, allocs, cores, gpus)
 			return n, fmt.Errorf("write subscription totals: %w", err)
 		}
 		if len(ids) > 0 {
-			if _, err := tx.Exec(ctx, `UPDATE subscription SET int_burst = int_burst - 1 WHERE pk_subscription = ANY($1)`, ids); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE subscription SET int_burst = ~int_burst WHERE pk_subscription = ANY($1)`, ids); err != nil {
 				return n, fmt.Errorf("restore subscription burst: %w", err)
 			}
 		}
@@ -328,7 +332,7 @@ RETURNING s.pk_subscription`, shows, allocs, cores, gpus)
 		ids, cores, gpus := flat(t.jobs)
 		rows, err := tx.Query(ctx, `
 UPDATE job_resource jr SET int_cores = v.cores, int_gpus = v.gpus::int,
-       int_max_cores = jr.int_max_cores + 1, int_max_gpus = jr.int_max_gpus + 1
+       int_max_cores = ~jr.int_max_cores, int_max_gpus = ~jr.int_max_gpus
   FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS v(job, cores, gpus), job j, show sh
  WHERE jr.pk_job = v.job AND j.pk_job = jr.pk_job AND sh.pk_show = j.pk_show AND sh.b_scheduler_managed
    AND (jr.int_cores, jr.int_gpus) IS DISTINCT FROM (v.cores, v.gpus::int)
@@ -341,7 +345,7 @@ RETURNING jr.pk_job_resource`, ids, cores, gpus)
 			return n, fmt.Errorf("write job_resource totals: %w", err)
 		}
 		if len(changed) > 0 {
-			if _, err := tx.Exec(ctx, `UPDATE job_resource SET int_max_cores = int_max_cores - 1, int_max_gpus = int_max_gpus - 1
+			if _, err := tx.Exec(ctx, `UPDATE job_resource SET int_max_cores = ~int_max_cores, int_max_gpus = ~int_max_gpus
 				WHERE pk_job_resource = ANY($1)`, changed); err != nil {
 				return n, fmt.Errorf("restore job_resource caps: %w", err)
 			}

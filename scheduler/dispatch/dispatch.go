@@ -170,7 +170,7 @@ func New(pool *pgxpool.Pool, acct Accounting, rqd Launcher, cfg Config, o Option
 	}
 	d := &Dispatcher{
 		pool: pool, acct: acct, rqd: rqd, cfg: cfg,
-		policy: reserve.Policy{CoreUnit: cfg.CoreUnit, StrandedMemKB: cfg.StrandedMemKB},
+		policy: reserve.Policy{CoreUnit: cfg.CoreUnit, StrandedMemKB: cfg.StrandedMemKB, MinMemKB: cfg.MemReservedMinKB},
 		limits: runframe.Limits{Soft: cfg.SoftLimit, Hard: cfg.HardLimit, CoreUnit: cfg.CoreUnit},
 		log:    log.Named("dispatch"),
 		m:      newMetrics(o.Registerer),
@@ -266,10 +266,9 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 
 	// 1. Plan.
 	local := h.Host
-	budget := int64(-1)
-	if l.JobMaxCores > 0 {
-		budget = max(l.JobMaxCores-l.JobCoresLive, 0)
-	}
+	// A job's max cores has no "unlimited" value in Cuebot: 0 or less
+	// books nothing.
+	budget := max(l.JobMaxCores-l.JobCoresLive, 0)
 	req := reserve.Request{
 		CoresMin: l.CoresMin, CoresMax: l.CoresMax, MemKB: l.MemMinKB, GPUs: l.GPUsMin, GPUMemKB: l.GPUMemMinKB,
 		Threadable: l.Threadable, Selfish: d.selfish(l),

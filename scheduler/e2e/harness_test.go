@@ -260,7 +260,8 @@ func (e *env) count(sql string, args ...any) int64 {
 
 // violationsSQL lists, in one snapshot, everything that must never be true:
 // a managed show's procs above a subscription burst, a folder or job above
-// its core cap, a limit_record with more running frames than its max, a
+// its core cap (only a folder cap of -1 is unlimited; a job cap of 0 or less
+// allows nothing), a limit_record with more running frames than its max, a
 // host with negative idle resources, and any trace of dispatch in an
 // unmanaged show.
 const violationsSQL = `
@@ -272,18 +273,16 @@ GROUP BY s.pk_show, s.pk_alloc HAVING SUM(p.int_cores_reserved) > MAX(s.int_burs
 UNION ALL
 SELECT 'folder ' || j.pk_folder, SUM(p.int_cores_reserved)::bigint, MAX(fr.int_max_cores)::bigint
 FROM proc p JOIN job j ON j.pk_job = p.pk_job JOIN folder_resource fr ON fr.pk_folder = j.pk_folder
-WHERE fr.int_max_cores > 0
+WHERE fr.int_max_cores <> -1
 GROUP BY j.pk_folder HAVING SUM(p.int_cores_reserved) > MAX(fr.int_max_cores)
 UNION ALL
 SELECT 'job ' || p.pk_job, SUM(p.int_cores_reserved)::bigint, MAX(jr.int_max_cores)::bigint
 FROM proc p JOIN job_resource jr ON jr.pk_job = p.pk_job
-WHERE jr.int_max_cores > 0
 GROUP BY p.pk_job HAVING SUM(p.int_cores_reserved) > MAX(jr.int_max_cores)
 UNION ALL
 SELECT 'job gpus ' || p.pk_job, SUM(p.int_gpus_reserved)::bigint, MAX(jr.int_max_gpus)::bigint
 FROM proc p JOIN job_resource jr ON jr.pk_job = p.pk_job
-WHERE jr.int_max_gpus > 0
-GROUP BY p.pk_job HAVING SUM(p.int_gpus_reserved) > MAX(jr.int_max_gpus)
+GROUP BY p.pk_job HAVING SUM(p.int_gpus_reserved) > 0 AND SUM(p.int_gpus_reserved) > MAX(jr.int_max_gpus)
 UNION ALL
 SELECT 'limit ' || lr.str_name, count(*)::bigint, MAX(lr.int_max_value)::bigint
 FROM frame f JOIN layer_limit ll ON ll.pk_layer = f.pk_layer JOIN limit_record lr ON lr.pk_limit_record = ll.pk_limit_record

@@ -121,8 +121,9 @@ func (s *Seeder) Show(ctx context.Context, name string, managed bool) (Show, err
 	return sh, nil
 }
 
-// Folder inserts a sub-folder with caps in whole cores / GPUs (-1 =
-// unlimited).
+// Folder inserts a sub-folder with caps in whole cores / GPUs: -1 (any
+// negative value) is stored as -1, Cuebot's "unlimited" folder sentinel;
+// any other value is a cap, and 0 books nothing.
 func (s *Seeder) Folder(ctx context.Context, show Show, name string, maxCores, maxGPUs int) (string, error) {
 	id := newID()
 	if _, err := s.DB.Exec(ctx, `INSERT INTO folder (pk_folder, pk_parent_folder, pk_show, str_name, pk_dept)
@@ -132,19 +133,42 @@ func (s *Seeder) Folder(ctx context.Context, show Show, name string, maxCores, m
 	return id, s.SetFolderCaps(ctx, id, maxCores, maxGPUs)
 }
 
-// SetFolderCaps sets folder_resource max cores (whole cores, -1 =
-// unlimited) and max GPUs.
+// SetFolderCaps sets folder_resource max cores (whole cores) and max GPUs;
+// a negative value is stored as -1 (unlimited), 0 is a cap of 0.
 func (s *Seeder) SetFolderCaps(ctx context.Context, folder string, maxCores, maxGPUs int) error {
 	_, err := s.DB.Exec(ctx, `UPDATE folder_resource SET int_max_cores = $2, int_max_gpus = $3 WHERE pk_folder = $1`,
-		folder, centi(maxCores), maxGPUs)
+		folder, folderCenti(maxCores), max(maxGPUs, -1))
 	return wrap("folder caps", err)
 }
 
-func centi(cores int) int {
+// folderCenti converts a folder cap in whole cores to centicores, keeping
+// the -1 sentinel.
+func folderCenti(cores int) int {
 	if cores < 0 {
 		return -1
 	}
 	return cores * 100
+}
+
+// Uncapped, as JobSpec.MaxCores or MaxGPUs, asks for a job that no job cap
+// binds. Cuebot's job_resource caps have no "unlimited" value (a job books
+// only while int_cores + need <= int_max_cores, so 0 or -1 books nothing),
+// so it is stored as a cap far above any farm: UncappedCores centicores and
+// UncappedGPUs GPUs, as an operator would write it.
+const (
+	Uncapped      = -1
+	UncappedCores = 100_000_000 // centicores (a million cores)
+	UncappedGPUs  = 1_000_000
+)
+
+// SetJobCaps writes job_resource int_max_cores (whole cores) and
+// int_max_gpus verbatim, 0 and negative values included (they book
+// nothing): use it for a cap JobSpec cannot express (JobSpec reads 0 as
+// "default" and a negative value as Uncapped).
+func (s *Seeder) SetJobCaps(ctx context.Context, job string, maxCores, maxGPUs int) error {
+	_, err := s.DB.Exec(ctx, `UPDATE job_resource SET int_max_cores = $2, int_max_gpus = $3 WHERE pk_job = $1`,
+		job, maxCores*100, maxGPUs)
+	return wrap("job caps", err)
 }
 
 // Alloc inserts an allocation named "<facility name>.<name>" style by the
@@ -276,9 +300,11 @@ type JobSpec struct {
 	Facility string
 	Dept     string // job.pk_dept; default the seeder's Dept
 	Priority int
-	// MaxCores is job_resource.int_max_cores in whole cores (default 10000;
-	// a negative value is stored as -1, unlimited). MaxGPUs likewise
-	// (default 100).
+	// MaxCores is job_resource.int_max_cores in whole cores (0: the default,
+	// 10000 cores). A job cap has no "unlimited" value in Cuebot, so a
+	// negative value (Uncapped) is stored as UncappedCores, a cap no farm
+	// reaches; write a cap of 0 or below with SetJobCaps. MaxGPUs likewise
+	// (0: the default, 100; negative: UncappedGPUs).
 	MaxCores int
 	MaxGPUs  int
 	OS       string // job.str_os; empty = NULL (any OS)
@@ -399,16 +425,22 @@ func (s *Seeder) insertJob(ctx context.Context, js JobSpec) (Job, []frameRow, er
 		js.Show.Name, os, started); err != nil {
 		return j, nil, wrap("job "+js.Name, err)
 	}
-	maxCores := 10000
-	if js.MaxCores != 0 {
-		maxCores = js.MaxCores
+	maxCores := 10000 * 100
+	switch {
+	case js.MaxCores < 0:
+		maxCores = UncappedCores
+	case js.MaxCores > 0:
+		maxCores = js.MaxCores * 100
 	}
 	maxGPUs := 100
-	if js.MaxGPUs != 0 {
+	switch {
+	case js.MaxGPUs < 0:
+		maxGPUs = UncappedGPUs
+	case js.MaxGPUs > 0:
 		maxGPUs = js.MaxGPUs
 	}
 	if _, err := s.DB.Exec(ctx, `UPDATE job_resource SET int_priority = $2, int_max_cores = $3, int_max_gpus = $4
-		WHERE pk_job = $1`, j.ID, js.Priority, centi(maxCores), maxGPUs); err != nil {
+		WHERE pk_job = $1`, j.ID, js.Priority, maxCores, maxGPUs); err != nil {
 		return j, nil, wrap("job_resource "+js.Name, err)
 	}
 	for k, v := range js.Env {

@@ -215,3 +215,75 @@ func TestHostWritesItsRowsAsCuebot(t *testing.T) {
 		t.Fatalf("a duplicate host name: %v, want an error naming the host", err)
 	}
 }
+
+// TestCapsAsCuebotReadsThem: a job cap has no "unlimited" value in Cuebot,
+// so JobSpec's Uncapped is stored as a huge cap, never as -1 (which books
+// nothing); SetJobCaps writes 0 and negative caps verbatim; a folder keeps
+// -1 as its unlimited sentinel and 0 as a cap of 0.
+func TestCapsAsCuebotReadsThem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s := &Seeder{DB: pool}
+	fac, err := s.Facility(ctx, "fac")
+	if err != nil {
+		t.Fatal(err)
+	}
+	show, err := s.Show(ctx, "caps", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobCaps := func(id string) (cores, gpus int) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, `SELECT int_max_cores, int_max_gpus FROM job_resource WHERE pk_job = $1`, id).Scan(&cores, &gpus); err != nil {
+			t.Fatal(err)
+		}
+		return cores, gpus
+	}
+	for _, c := range []struct {
+		name              string
+		maxCores, maxGPUs int
+		cores, gpus       int
+	}{
+		{"default", 0, 0, 1_000_000, 100},
+		{"uncapped", Uncapped, Uncapped, UncappedCores, UncappedGPUs},
+		{"capped", 4, 2, 400, 2},
+	} {
+		j, err := s.Job(ctx, JobSpec{Name: c.name, Show: show, Facility: fac, MaxCores: c.maxCores, MaxGPUs: c.maxGPUs, Layers: []LayerSpec{{}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cores, gpus := jobCaps(j.ID); cores != c.cores || gpus != c.gpus {
+			t.Errorf("%s: job caps %d centicores / %d GPUs, want %d / %d", c.name, cores, gpus, c.cores, c.gpus)
+		}
+		if c.name != "capped" {
+			continue
+		}
+		if err := s.SetJobCaps(ctx, j.ID, 0, -1); err != nil {
+			t.Fatal(err)
+		}
+		if cores, gpus := jobCaps(j.ID); cores != 0 || gpus != -1 {
+			t.Errorf("SetJobCaps(0, -1): job caps %d / %d, want 0 / -1 verbatim", cores, gpus)
+		}
+	}
+	for _, c := range []struct {
+		maxCores, maxGPUs int
+		cores, gpus       int
+	}{{-1, -1, -1, -1}, {-5, -3, -1, -1}, {0, 0, 0, 0}, {3, 1, 300, 1}} {
+		f, err := s.Folder(ctx, show, fmt.Sprintf("f%d", c.maxCores), c.maxCores, c.maxGPUs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cores, gpus int
+		if err := pool.QueryRow(ctx, `SELECT int_max_cores, int_max_gpus FROM folder_resource WHERE pk_folder = $1`, f).Scan(&cores, &gpus); err != nil {
+			t.Fatal(err)
+		}
+		if cores != c.cores || gpus != c.gpus {
+			t.Errorf("Folder(%d, %d): caps %d / %d, want %d / %d", c.maxCores, c.maxGPUs, cores, gpus, c.cores, c.gpus)
+		}
+	}
+}

@@ -231,18 +231,6 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-// knownBugs gates the tests of bugs found by this suite in other packages
-// (see doc.go, "Bugs found"): they run, and fail until fixed, in the full
-// suite or with CUESCHED_KNOWN_BUGS=1; the default suite skips them so
-// that make test stays green while the owners fix them.
-func knownBugs(t *testing.T, what string) {
-	t.Helper()
-	if fullMode() || os.Getenv("CUESCHED_KNOWN_BUGS") == "1" {
-		return
-	}
-	t.Skipf("known bug, reported, not fixed yet: %s (run with CUESCHED_KNOWN_BUGS=1)", what)
-}
-
 // limitsFarm is four 8-core general hosts and one GPU host, a managed show
 // "sane" with a control job, and whatever extra sets up.
 func limitsFarm(extra func(f *fixture, sane farmtest.Show)) envOpts {
@@ -292,7 +280,8 @@ func runLimits(t *testing.T, o envOpts, runs []string) (*env, map[string]int) {
 // (burst, size, job max cores and GPUs) neither overflow nor refuse; a
 // layer that fits no host does not wedge its show. The control job and the
 // huge-limit jobs run to completion and Redis ends equal to Postgres.
-// (Zero job/folder caps and negative memory: see the TestKnownBug tests.)
+// (Zero job/folder caps: TestBadZeroCaps; negative memory:
+// TestBadNegativeLayerMemory.)
 func TestBadLimits(t *testing.T) {
 	t.Parallel()
 	o := limitsFarm(func(f *fixture, sane farmtest.Show) {
@@ -342,16 +331,15 @@ func TestBadLimits(t *testing.T) {
 	e.checkRecovered()
 }
 
-// TestKnownBugZeroCapsMeanUnlimited: Cuebot books a job only while
-// job_resource.int_cores + need <= int_max_cores (and the same for GPUs),
-// and a folder only when folder_resource.int_max_cores is -1 or has room;
-// so a job or folder max of 0 (what an operator sets to stop a job or a
-// folder taking more cores) books nothing. cuesched reads 0 as unlimited
-// (the job query's "int_max_cores <= 0 OR ..." and the booking script's
-// "> 0" guard), so such jobs run without any cap.
-func TestKnownBugZeroCapsMeanUnlimited(t *testing.T) {
+// TestBadZeroCaps: Cuebot books a job only while job_resource.int_cores +
+// need <= int_max_cores (and the same for GPUs), and a folder only when
+// folder_resource.int_max_cores is -1 or has room; so a job or folder max
+// of 0 (what an operator sets to stop a job or a folder taking more cores)
+// books nothing, and neither does a job max GPUs of 0 for a GPU layer. Those
+// jobs stay WAITING while the control job runs, and Redis ends equal to
+// Postgres.
+func TestBadZeroCaps(t *testing.T) {
 	t.Parallel()
-	knownBugs(t, "a job or folder max cores (or job max GPUs) of 0 is read as unlimited")
 	o := limitsFarm(func(f *fixture, sane farmtest.Show) {
 		frozen, err := f.s.Folder(f.e.ctx, sane, "frozen", 0, -1)
 		if err != nil {

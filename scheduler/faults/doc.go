@@ -12,11 +12,10 @@
 //	              of 200-700 ms, one fixed farm shape), about a minute in all
 //	make faults   CUESCHED_FAULTS=full: every fault randomized and repeated
 //	              (3 rounds, a new random farm each, 500 frames, tens of
-//	              kills), the chaos run, and the tests of known bugs, which
-//	              fail until those are fixed; about 12 minutes on 2 cores
+//	              kills), the chaos run, and every bad-input case; about 12
+//	              minutes on 2 cores
 //
-// Environment: CUESCHED_KNOWN_BUGS=1 runs the known-bug tests in the default
-// part too; CUESCHED_FAULTS_LOG=debug sets the children's log level;
+// Environment: CUESCHED_FAULTS_LOG=debug sets the children's log level;
 // CUESCHED_FAULTS_KEEP_LOGS=DIR keeps every process log and timeline;
 // CUESCHED_FAULTS_PROGRESS=1 adds progress samples to the timelines (the
 // full suite always does). With -v
@@ -111,7 +110,8 @@
 //	SIGSTOP loop leader past the lock's poll    TestFaultFreeze (full: 2-12 s)
 //	SIGSTOP sidecar past standby takeover       TestFaultFreeze (wal_sender_timeout=2s; standby takes the slot)
 //	all of the above, at random, in sequence    TestFaultChaos (full only)
-//	frozen leader while Redis restarts          TestKnownBugFrozenLeaderBlocksRebootstrap (fails: see below)
+//	frozen leader while Redis restarts          TestFaultFrozenLeaderRedisRestart (the other scheduler
+//	                                              takes the loops over and re-bootstraps)
 //
 // The same faults in narrower set-ups elsewhere: sidecar TestKill9FiftyTimes,
 // TestStandbyTakesOver, TestFrozenOwnerIsFenced, TestRedisRestartedDuringStream,
@@ -135,40 +135,39 @@
 //	                                                the accounting seed: accounting TestManagedFlipMidLoad
 //	negative/zero/huge bursts, no subscription,   TestBadLimits
 //	  huge job caps, a layer that fits no host
-//	job or folder max cores = 0, job max GPUs = 0 TestKnownBugZeroCapsMeanUnlimited (fails: see below)
-//	negative layer memory                         TestKnownBugNegativeLayerMemory (fails: see below)
+//	job or folder max cores = 0, job max GPUs = 0 TestBadZeroCaps
+//	negative layer memory                         TestBadNegativeLayerMemory
 //	hosts with no OS, zero memory, zero cores,    TestBadHosts (negative idle values cannot be written: Cuebot's
 //	  no host_stat row                              host trigger refuses them); cache gates: hostcache TestGates
 //	WAL for a table we do not know                TestBadWALUnexpectedRelations; a new column on a known table:
 //	                                                replication TestTruncateAndAddColumnKeepStreaming;
 //	                                                malformed messages: replication TestDecoderRejectsMalformedMessages
-//	WAL for tables named like ours in another     TestKnownBugLookAlikeRelations (fails: see below)
-//	  schema
+//	WAL for tables named like ours in another     TestBadWALLookAlikeRelations (default: proc, host; full:
+//	  schema                                        also show, subscription)
 //	RQD answering garbage / refusing launches     TestBadRQDGarbage; unreachable RQD: e2e TestEndToEndUnreachableHosts,
 //	                                                matcher TestProcessQuarantinesUnreachableHosts
 //
 // # Bugs found
 //
-// Each has a TestKnownBug test, skipped by the default part (so make test
-// stays green while the owners fix them) and failing in the full suite or
-// with CUESCHED_KNOWN_BUGS=1:
+// The suite found four bugs in other packages, each fixed with a unit test
+// where it lives and kept here as a regression test:
 //
-//   - TestKnownBugZeroCapsMeanUnlimited: a job_resource.int_max_cores of 0,
-//     an int_max_gpus of 0 (GPU layer) or a folder_resource.int_max_cores of
-//     0 books without any cap; Cuebot books nothing under such a cap (only a
-//     folder max of -1 is unlimited). The job query's "<= 0 OR" and the
-//     booking script's "> 0" guard read 0 as unlimited.
-//   - TestKnownBugNegativeLayerMemory: a negative layer.int_mem_min is booked
-//     as a negative reservation: the host gains memory (idle above total) and
-//     RQD gets negative memory limits.
-//   - TestKnownBugLookAlikeRelations: the sidecar and the host cache
-//     identify a relation by table name only; rows of shadow.proc,
-//     shadow.show, shadow.subscription, shadow.host added to the publications
-//     are applied as Cuebot's (releases of running procs, managed flips, cap
-//     writes, hosts locked and full).
-//   - TestKnownBugFrozenLeaderBlocksRebootstrap: a frozen accounting leader
-//     keeps its session lock, so after a Redis restart nobody re-bootstraps
-//     and all booking stops until it thaws.
+//   - TestBadZeroCaps: a job_resource.int_max_cores of 0, an int_max_gpus of
+//     0 (GPU layer) or a folder_resource.int_max_cores of 0 booked without
+//     any cap (the job query's "<= 0 OR" and the booking script's "> 0"
+//     guard); Cuebot books nothing under such a cap, and only a folder max
+//     of -1 is unlimited.
+//   - TestBadNegativeLayerMemory: a negative layer.int_mem_min was booked as
+//     a negative reservation (the host gained memory, RQD got negative
+//     limits); it is now raised to queue.mem_reserved_min.
+//   - TestBadWALLookAlikeRelations: the sidecar and the host cache matched
+//     relations by table name only, so rows of shadow.proc, shadow.host, ...
+//     were applied as Cuebot's; they now accept only the schema Cuebot's
+//     table resolves to.
+//   - TestFaultFrozenLeaderRedisRestart: a frozen accounting leader kept its
+//     session lock, so after a Redis restart nobody re-bootstrapped and all
+//     booking stopped until it thawed; the lock session now has an
+//     idle_session_timeout.
 //
 // # Not covered
 //

@@ -98,11 +98,11 @@ type Layer struct {
 	Threadable         bool
 	Services           []string
 	Tags               []string
-	JobMaxCores        int64 // centicores; <= 0 unlimited
-	JobMaxGPUs         int64 // <= 0 unlimited
+	JobMaxCores        int64 // centicores; always a cap (0 or below books nothing)
+	JobMaxGPUs         int64 // always a cap, for layers that need GPUs
 	JobCoresLive       int64 // SUM(proc.int_cores_reserved) of the job
 	JobGPUsLive        int64
-	FolderMaxCores     int64 // folder_resource caps (-1 unlimited)
+	FolderMaxCores     int64 // folder_resource caps (exactly -1 unlimited; any other value is a cap)
 	FolderMaxGPUs      int64
 	LimitIDs           []string
 	Env                map[string]string // job env overlaid by layer env

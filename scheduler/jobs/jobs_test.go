@@ -156,6 +156,115 @@ func TestPendingFilters(t *testing.T) {
 	}
 }
 
+// TestPendingCapsAsCuebot: caps of 0 and below read as Cuebot's
+// DispatchQuery reads them. A job max cores of 0, -1 or less than a core
+// unit is no candidate (no "unlimited" value for a job); a folder max of 0
+// or of a negative value other than -1 is no candidate, -1 is unlimited,
+// and a folder needs folder cores + the layer's minimum strictly below its
+// max. A job or folder max GPUs of 0 stops layers that need GPUs but not
+// CPU layers.
+func TestPendingCapsAsCuebot(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := context.Background()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := w.pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cpu := []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 2}}
+	gpu := []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 2, GPUs: 1}}
+	both := []farmtest.LayerSpec{gpu[0], cpu[0]}
+
+	w.job(t, farmtest.JobSpec{Name: "control", Layers: cpu})
+	w.job(t, farmtest.JobSpec{Name: "uncapped", MaxCores: farmtest.Uncapped, MaxGPUs: farmtest.Uncapped, Layers: gpu})
+	for name, centi := range map[string]int{"job-max-0": 0, "job-max-neg": -100, "job-max-half": 50} {
+		j := w.job(t, farmtest.JobSpec{Name: name, Layers: cpu})
+		exec(`UPDATE job_resource SET int_max_cores = $2 WHERE pk_job = $1`, j.ID, centi)
+	}
+	for _, c := range []struct {
+		name   string
+		layers []farmtest.LayerSpec
+	}{{"job-gpus-0-gpu", gpu}, {"job-gpus-0-cpu", cpu}, {"job-gpus-0-both", both}} {
+		j := w.job(t, farmtest.JobSpec{Name: c.name, Layers: c.layers})
+		must(0, w.seed.SetJobCaps(ctx, j.ID, 10000, 0))(t)
+	}
+
+	folder := func(name string, maxCores, maxGPUs int) string {
+		t.Helper()
+		f := must(w.seed.Folder(ctx, w.show, name, 0, 0))(t)
+		exec(`UPDATE folder_resource SET int_max_cores = $2, int_max_gpus = $3 WHERE pk_folder = $1`, f, maxCores, maxGPUs)
+		return f
+	}
+	w.job(t, farmtest.JobSpec{Name: "folder-unlimited", Folder: folder("unlimited", -1, -1), Layers: gpu})
+	w.job(t, farmtest.JobSpec{Name: "folder-max-0", Folder: folder("zero", 0, -1), Layers: cpu})
+	w.job(t, farmtest.JobSpec{Name: "folder-max-neg2", Folder: folder("neg2", -2, -1), Layers: cpu})
+	w.job(t, farmtest.JobSpec{Name: "folder-max-neg100", Folder: folder("neg100", -100, -1), Layers: cpu})
+	noGPUs := folder("no-gpus", -1, 0)
+	w.job(t, farmtest.JobSpec{Name: "folder-gpus-0-gpu", Folder: noGPUs, Layers: gpu})
+	w.job(t, farmtest.JobSpec{Name: "folder-gpus-0-cpu", Folder: noGPUs, Layers: cpu})
+	// Strictly below the max: 2 cores running + 1 needed < 3 is false.
+	full := folder("three-full", 300, -1)
+	fj := w.job(t, farmtest.JobSpec{Name: "folder-strict-full", Folder: full, Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 3}}})
+	must(w.seed.Proc(ctx, farmtest.ProcSpec{Host: w.host, Frame: fj.Layers[0].Frames[0], Cores: 2}))(t)
+	room := folder("four-room", 400, -1)
+	rj := w.job(t, farmtest.JobSpec{Name: "folder-strict-room", Folder: room, Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 3}}})
+	must(w.seed.Proc(ctx, farmtest.ProcSpec{Host: w.host, Frame: rj.Layers[0].Frames[0], Cores: 2}))(t)
+
+	got := w.pending(t, 0)
+	sort.Strings(got)
+	want := []string{"control", "folder-gpus-0-cpu", "folder-strict-room", "folder-unlimited", "job-gpus-0-both", "job-gpus-0-cpu", "uncapped"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("pending = %v\nwant      %v", got, want)
+	}
+
+	// A cap lowered to 0 while the job waits takes it out; -1 stays
+	// unlimited only for the folder.
+	c := must(w.seed.Job(ctx, farmtest.JobSpec{Name: "lowered", Show: w.show, Facility: w.facility, Layers: cpu}))(t)
+	if got := w.pending(t, 0); !slices.Contains(got, "lowered") {
+		t.Fatalf("pending before lowering = %v", got)
+	}
+	must(0, w.seed.SetJobCaps(ctx, c.ID, -1, 100))(t)
+	if got := w.pending(t, 0); slices.Contains(got, "lowered") {
+		t.Fatalf("a job with max cores -1 is pending: %v", got)
+	}
+}
+
+// TestLayersJobCapsOfZero: the job-wide budget of Layers treats a job max
+// of 0 as no budget at all (never as unlimited), and a job max GPUs of 0
+// drops the frames of GPU layers only.
+func TestLayersJobCapsOfZero(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := context.Background()
+	j := w.job(t, farmtest.JobSpec{Name: "j", Layers: []farmtest.LayerSpec{
+		{Name: "gpu", Tags: []string{"general"}, Frames: 2, GPUs: 1},
+		{Name: "cpu", Tags: []string{"general"}, Frames: 2},
+	}})
+	layers := func() []*jobs.Layer {
+		t.Helper()
+		ls, err := jobs.Layers(ctx, w.pool, jobs.LayerQuery{JobID: j.ID, Tags: []string{"general"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ls
+	}
+	if ls := layers(); len(ls) != 2 || frames(ls) != 4 {
+		t.Fatalf("uncapped: layers %v, %d frames", names(ls), frames(ls))
+	}
+	must(0, w.seed.SetJobCaps(ctx, j.ID, 100, 0))(t)
+	if ls := layers(); len(ls) != 1 || ls[0].Name != "cpu" || len(ls[0].Frames) != 2 || ls[0].JobMaxGPUs != 0 {
+		t.Fatalf("job max GPUs 0: layers %v, %d frames; want only cpu's 2", names(ls), frames(ls))
+	}
+	for _, maxCores := range []int{0, -1} {
+		must(0, w.seed.SetJobCaps(ctx, j.ID, maxCores, 100))(t)
+		if ls := layers(); len(ls) != 0 {
+			t.Fatalf("job max cores %d: layers %v, %d frames; want none", maxCores, names(ls), frames(ls))
+		}
+	}
+}
+
 func TestLayers(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)

@@ -34,6 +34,16 @@ type PendingQuery struct {
 // pendingSQL: live (proc-based) headroom of the show's subscriptions, the
 // job's folder and the job itself; some layer with waiting frames, an
 // overlapping tag, no future start-after and room for its minimum.
+//
+// Caps read as Cuebot's DispatchQuery reads them. A job's int_max_cores has
+// no "unlimited" value: the job needs one core unit of room (vs_waiting's
+// "int_max_cores - int_cores >= 100") and a layer needs int_cores +
+// int_cores_min <= int_max_cores, so a max of 0 or below books nothing. A
+// folder's int_max_cores is unlimited at exactly -1 and otherwise needs
+// folder cores + int_cores_min < max (strictly, as Cuebot writes it), so 0
+// and other negative values book nothing. GPU caps (the job's, no sentinel;
+// the folder's, -1 unlimited) bind only layers that need GPUs, so a max of 0
+// stops GPU layers and leaves CPU layers alone.
 const pendingSQL = `
 WITH live AS (
     -- One pass over the show's procs feeds the three headroom sums.
@@ -68,18 +78,17 @@ WHERE j.pk_show = $1 AND j.pk_facility = $2
       SELECT 1 FROM subscription s LEFT JOIN sub_live sl ON sl.pk_alloc = s.pk_alloc
       WHERE s.pk_show = $1 AND s.int_burst > 0
         AND s.int_burst - COALESCE(sl.cores, 0) >= $5)
-  AND (fr.int_max_cores <= 0 OR COALESCE(fl.cores, 0) < fr.int_max_cores)
-  AND (fr.int_max_gpus <= 0 OR COALESCE(fl.gpus, 0) < fr.int_max_gpus)
-  AND (jr.int_max_cores <= 0 OR COALESCE(jl.cores, 0) + $5 <= jr.int_max_cores)
+  AND (fr.int_max_cores = -1 OR COALESCE(fl.cores, 0) < fr.int_max_cores)
+  AND COALESCE(jl.cores, 0) + $5 <= jr.int_max_cores
   AND EXISTS (
       SELECT 1 FROM layer l JOIN layer_stat ls ON ls.pk_layer = l.pk_layer
       WHERE l.pk_job = j.pk_job AND ls.int_waiting_count > 0
         AND string_to_array(replace(l.str_tags::text, ' ', ''), '|') && $3::text[]
         AND (l.ts_start_after IS NULL OR l.ts_start_after <= now())
-        AND (fr.int_max_cores <= 0 OR COALESCE(fl.cores, 0) + GREATEST(l.int_cores_min, 0) <= fr.int_max_cores)
-        AND (fr.int_max_gpus <= 0 OR COALESCE(fl.gpus, 0) + l.int_gpus_min <= fr.int_max_gpus)
-        AND (jr.int_max_cores <= 0 OR COALESCE(jl.cores, 0) + GREATEST(l.int_cores_min, 0) <= jr.int_max_cores)
-        AND (jr.int_max_gpus <= 0 OR l.int_gpus_min = 0 OR COALESCE(jl.gpus, 0) + l.int_gpus_min <= jr.int_max_gpus))
+        AND (fr.int_max_cores = -1 OR COALESCE(fl.cores, 0) + GREATEST(l.int_cores_min, 0) < fr.int_max_cores)
+        AND COALESCE(jl.cores, 0) + GREATEST(l.int_cores_min, 0) <= jr.int_max_cores
+        AND (l.int_gpus_min <= 0 OR fr.int_max_gpus = -1 OR COALESCE(fl.gpus, 0) + l.int_gpus_min <= fr.int_max_gpus)
+        AND (l.int_gpus_min <= 0 OR COALESCE(jl.gpus, 0) + l.int_gpus_min <= jr.int_max_gpus))
 ORDER BY effective DESC, j.ts_started, j.pk_job
 LIMIT $4`
 
@@ -258,13 +267,10 @@ func capToJob(layers []*Layer) []*Layer {
 	}
 	sort.SliceStable(layers, func(i, j int) bool { return layers[i].DispatchOrder < layers[j].DispatchOrder })
 	first := layers[0]
-	coreBudget, gpuBudget := int64(-1), int64(-1)
-	if first.JobMaxCores > 0 {
-		coreBudget = max(first.JobMaxCores-first.JobCoresLive, 0)
-	}
-	if first.JobMaxGPUs > 0 {
-		gpuBudget = max(first.JobMaxGPUs-first.JobGPUsLive, 0)
-	}
+	// Job caps have no "unlimited" value in Cuebot: a max of 0 or below
+	// leaves no budget.
+	coreBudget := max(first.JobMaxCores-first.JobCoresLive, 0)
+	gpuBudget := max(first.JobMaxGPUs-first.JobGPUsLive, 0)
 	var cumCores, cumGPUs int64
 	out := layers[:0]
 	for _, l := range layers {
@@ -277,10 +283,10 @@ func capToJob(layers []*Layer) []*Layer {
 			if l.GPUsMin > 0 {
 				cumGPUs += l.GPUsMin
 			}
-			if coreBudget >= 0 && cumCores > coreBudget {
+			if cumCores > coreBudget {
 				continue
 			}
-			if gpuBudget >= 0 && l.GPUsMin > 0 && cumGPUs > gpuBudget {
+			if l.GPUsMin > 0 && cumGPUs > gpuBudget {
 				continue
 			}
 			keep = append(keep, f)

@@ -292,10 +292,9 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 	var watch jobs.Watch // of the last miss
 	for attempts < m.cfg.Attempts && len(remaining) > 0 && ctx.Err() == nil {
 		attempts++
-		budget := int64(-1)
-		if l.JobMaxCores > 0 {
-			budget = max(l.JobMaxCores-l.JobCoresLive, 0)
-		}
+		// A job's max cores has no "unlimited" value in Cuebot: 0 or
+		// less books nothing.
+		budget := max(l.JobMaxCores-l.JobCoresLive, 0)
 		host, err := m.hosts.Checkout(ctx, HostRequest{
 			FacilityID: c.FacilityID, ShowID: c.ShowID, Tags: tags,
 			CoresMin: coresHint, MemMinKB: l.MemMinKB, GPUsMin: l.GPUsMin, GPUMemMinKB: l.GPUMemMinKB,

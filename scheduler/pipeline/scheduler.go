@@ -159,7 +159,7 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 	if unit <= 0 {
 		unit = 100
 	}
-	policy := reserve.Policy{CoreUnit: unit, StrandedMemKB: kb(q.MemoryStrandedThreshold)}
+	policy := reserve.Policy{CoreUnit: unit, StrandedMemKB: kb(q.MemoryStrandedThreshold), MinMemKB: kb(q.MemReservedMin)}
 	if !cfg.RQD.DryRun {
 		resolve := d.RQDResolve
 		if resolve == nil && cfg.RQD.AddressOverride != "" {
@@ -179,6 +179,9 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 		CoreUnit: unit, MemReservedMinKB: kb(q.MemReservedMin), StrandedMemKB: policy.StrandedMemKB,
 		SelfishServices: q.SelfishServices, SoftLimit: q.FrameMemorySoftLimit, HardLimit: q.FrameMemoryHardLimit,
 		DryRun: cfg.RQD.DryRun, Schema: &schema,
+		// Well inside the grace after which the accounting loop drops a
+		// booking whose proc never appeared.
+		BookTimeout: cfg.Accounting.InFlightGrace.D() / 2,
 	}, dispatch.Options{Logger: log, Registerer: d.Registerer})
 
 	hosts := d.Hosts
@@ -224,6 +227,7 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 			RecomputeInterval:   cfg.Accounting.RecomputeInterval.D(),
 			LimitReseedInterval: cfg.Accounting.LimitReseedInterval.D(),
 			LeaderPollInterval:  cfg.Accounting.LeaderPollInterval.D(),
+			InFlightGrace:       cfg.Accounting.InFlightGrace.D(),
 		}, log, d.Registerer)
 		if err != nil {
 			return nil, err

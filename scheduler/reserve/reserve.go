@@ -67,6 +67,11 @@ type Policy struct {
 	// StrandedMemKB: a booking that leaves less idle memory than this takes
 	// every idle core (queue.memory_stranded_threshold).
 	StrandedMemKB int64
+	// MinMemKB replaces a negative memory request (bad data: layer
+	// int_mem_min has no CHECK): Cuebot's mem_reserved_min, as Cuebot
+	// raises a layer's minimum to it when the job is submitted. 0 clamps
+	// to 0.
+	MinMemKB int64
 }
 
 // Reason says why a frame does not fit.
@@ -86,6 +91,12 @@ const (
 // Reserve sizes one frame on h. jobBudget is what the job may still book
 // (centicores); negative means unlimited.
 func (p Policy) Reserve(h Host, r Request, jobBudget int64) (Reservation, Reason) {
+	// Negative requests are bad data, never a reservation that gives the
+	// host resources back.
+	if r.MemKB < 0 {
+		r.MemKB = max(p.MinMemKB, 0)
+	}
+	r.GPUs, r.GPUMemKB = max(r.GPUs, 0), max(r.GPUMemKB, 0)
 	unit := p.CoreUnit
 	if unit <= 0 {
 		unit = 100

@@ -58,3 +58,29 @@ func TestTake(t *testing.T) {
 		t.Fatalf("Take left %+v", h)
 	}
 }
+
+// TestNegativeRequestsAreClamped: a negative layer memory (bad data) is
+// reserved as the configured minimum, never as a negative reservation that
+// would give the host memory; negative GPU values reserve none.
+func TestNegativeRequestsAreClamped(t *testing.T) {
+	h := Host{TotalCores: 800, IdleCores: 800, TotalMemKB: 8 * gb, IdleMemKB: 8 * gb, IdleGPUs: 1, IdleGPUMem: gb}
+	for _, p := range []Policy{{CoreUnit: 100, MinMemKB: 256 << 10}, {CoreUnit: 100}} {
+		res, why := p.Reserve(h, Request{CoresMin: 100, MemKB: -gb, GPUs: -2, GPUMemKB: -gb}, -1)
+		if why != Fits {
+			t.Fatalf("min %d: refused: %s", p.MinMemKB, why)
+		}
+		if res.MemKB != p.MinMemKB || res.GPUs != 0 || res.GPUMemKB != 0 {
+			t.Errorf("min %d: reserved %+v, want %d KB and no GPUs", p.MinMemKB, res, p.MinMemKB)
+		}
+		hh := h
+		hh.Take(res)
+		if hh.IdleMemKB > hh.TotalMemKB || hh.IdleGPUs > 1 || hh.IdleGPUMem > gb {
+			t.Errorf("min %d: booking gave the host resources: %+v", p.MinMemKB, hh)
+		}
+	}
+	// A minimum the host cannot hold is refused like any other request.
+	small := Host{TotalCores: 800, IdleCores: 800, TotalMemKB: 8 * gb, IdleMemKB: 100}
+	if _, why := (Policy{CoreUnit: 100, MinMemKB: 256 << 10}).Reserve(small, Request{CoresMin: 100, MemKB: -1}, -1); why != NoMemory {
+		t.Errorf("clamped minimum on a full host: %q, want %q", why, NoMemory)
+	}
+}

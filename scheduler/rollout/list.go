@@ -286,10 +286,9 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-// cores renders centicores as cores: 250 -> "2.5", 100 -> "1", -1 -> "unlimited".
+// cores renders centicores as cores: 250 -> "2.5", 100 -> "1", -100 ->
+// "-1". (Subscription sizes and bursts, and booked totals, have no
+// "unlimited" value: a negative burst books nothing.)
 func cores(centicores int64) string {
-	if centicores < 0 {
-		return "unlimited"
-	}
 	return strconv.FormatFloat(float64(centicores)/100, 'f', -1, 64)
 }

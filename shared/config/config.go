@@ -53,6 +53,11 @@ type Accounting struct {
 	LimitReseedInterval Duration `yaml:"limit_reseed_interval"`
 	// LeaderPollInterval is how often a follower tries to take the loop lock.
 	LeaderPollInterval Duration `yaml:"leader_poll_interval"`
+	// InFlightGrace: a booking whose proc row never appeared (its scheduler
+	// died between the booking script and the INSERT) is dropped from Redis
+	// this long after it was booked. Each dispatcher gives up on a booking
+	// after half of it. Set the same on every instance.
+	InFlightGrace Duration `yaml:"in_flight_grace"`
 }
 
 // BookingStrategy chooses Best-Fit (true) or Worst-Fit (false) per dimension.
@@ -174,6 +179,7 @@ func Default() Config {
 			RecomputeInterval:   Duration(120 * time.Second),
 			LimitReseedInterval: Duration(300 * time.Second),
 			LeaderPollInterval:  Duration(time.Second),
+			InFlightGrace:       Duration(60 * time.Second),
 		},
 		Queue: Queue{
 			DispatchFramesPerLayerLimit:   20,

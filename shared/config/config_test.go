@@ -101,6 +101,8 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 			[]string{"cuesched.yaml", "not valid YAML"}},
 		{"range check", "database:\n  pool_size: 1\n", nil,
 			[]string{"cuesched.yaml", `key "database.pool_size"`, "at least 2"}},
+		{"grace too short", "accounting:\n  in_flight_grace: 1s\n", nil,
+			[]string{"cuesched.yaml", `key "accounting.in_flight_grace"`, "at least 4s"}},
 		{"bad log level", "logging:\n  level: loud\n", nil,
 			[]string{`key "logging.level"`, `"loud" is not one of`}},
 		{"bad env", "", map[string]string{"CUESCHED_RQD_DRY_RUN": "maybe"},

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -259,6 +260,9 @@ func (c Config) Validate() error {
 		if positive[k] <= 0 {
 			return bad(k, "must be a positive duration")
 		}
+	}
+	if g := c.Accounting.InFlightGrace; g < Duration(4*time.Second) {
+		return bad("accounting.in_flight_grace", "must be at least 4s (a dispatcher gets half of it to commit a booking)")
 	}
 	ints := []struct {
 		key string

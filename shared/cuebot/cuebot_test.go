@@ -53,9 +53,11 @@ func TestCoresFloatToCenticores(t *testing.T) {
 	}
 }
 
-func TestIsUnlimited(t *testing.T) {
-	if !IsUnlimited(Unlimited) || !IsUnlimited(0) || IsUnlimited(1) {
-		t.Fatal("IsUnlimited: -1 and 0 are unbounded caps, 1 is a cap")
+func TestIsUnlimitedFolderCap(t *testing.T) {
+	for v, want := range map[int64]bool{-1: true, 0: false, -2: false, 1: false, 100: false} {
+		if got := IsUnlimitedFolderCap(v); got != want {
+			t.Errorf("IsUnlimitedFolderCap(%d) = %v, want %v (only -1 is unlimited, as Cuebot reads it)", v, got, want)
+		}
 	}
 }
 

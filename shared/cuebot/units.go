@@ -15,11 +15,12 @@ const CenticoresPerCore = 100
 // survives unit conversions unchanged.
 const Unlimited = -1
 
-// IsUnlimited reports whether a cap read from Cuebot means "no cap". Cuebot
-// writes -1; the reference scheduler treats any non-positive folder or job
-// cap as unbounded, and so does this function. (A subscription burst is
-// different: 0 there means "frozen", so do not use this on bursts.)
-func IsUnlimited(limit int64) bool { return limit <= 0 }
+// IsUnlimitedFolderCap reports whether a folder or folder_resource
+// int_max_cores / int_max_gpus means "no cap": exactly -1, as Cuebot reads
+// it (any other value, 0 and other negatives included, is a cap that books
+// nothing once reached). Job caps and subscription bursts have no unlimited
+// value at all: 0 or less books nothing.
+func IsUnlimitedFolderCap(limit int64) bool { return limit == Unlimited }
 
 // CenticoresToCores converts centicores to whole cores, truncating toward
 // zero (250 -> 2, 50 -> 0, -250 -> -2). Unlimited (-1) stays -1.

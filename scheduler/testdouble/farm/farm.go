@@ -288,12 +288,14 @@ func (g *generator) show(ctx context.Context, p showPlan, last bool) error {
 	g.f.Shows = append(g.f.Shows, sh)
 
 	// Two folders under the root: lighting capped at a quarter of the
-	// general allocation (a cap that binds), fx uncapped.
+	// general allocation (a cap that binds; at least one core, since a
+	// folder cap of 0 books nothing), fx uncapped (-1, Cuebot's unlimited
+	// folder sentinel).
 	folders := make([]string, 2)
 	for i, d := range deptNames()[:2] {
 		maxCores := -1
 		if i == 0 {
-			maxCores = g.coresOf("general", 0.25)
+			maxCores = max(g.coresOf("general", 0.25), 1)
 		}
 		in := &farmtest.Seeder{DB: g.s.DB, Dept: g.depts[d]}
 		if folders[i], err = in.Folder(ctx, fs, d, maxCores, -1); err != nil {
@@ -330,7 +332,7 @@ func (g *generator) planJobs(fs farmtest.Show, p showPlan, folders []string, fra
 			LogDir: "/shots/" + p.name + "/logs/" + name, MaxRetries: 2,
 		}
 		if j%3 == 1 {
-			js.MaxCores = g.coresOf("general", 0.08)
+			js.MaxCores = max(g.coresOf("general", 0.08), 1)
 		}
 		nLayers := 1 + g.rng.Intn(3)
 		for _, layerFrames := range splitEven(jobFrames, nLayers) {

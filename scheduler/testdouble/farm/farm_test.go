@@ -80,6 +80,36 @@ func TestSeedIsConsistentWithCuebot(t *testing.T) {
 	}
 }
 
+// TestSeedCapsAllBook: every cap the farm writes lets its job or folder
+// book, on a big farm and on a tiny one (where a fraction of the
+// allocation rounds to 0 cores): a folder cap is -1 (unlimited) or at least
+// one core, a job cap at least one core and its GPU cap positive, since a
+// cap of 0 (or a job cap of -1) books nothing in Cuebot.
+func TestSeedCapsAllBook(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, size := range []struct{ hosts, frames int }{{40, 500}, {4, 30}} {
+		pool := newPool(t)
+		spec := Default()
+		spec.Hosts, spec.Frames = size.hosts, size.frames
+		if _, err := Seed(ctx, pool, spec); err != nil {
+			t.Fatal(err)
+		}
+		var badFolders, badJobs, capped int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE int_max_cores <> -1 AND int_max_cores < 100),
+			       count(*) FILTER (WHERE int_max_cores <> -1) FROM folder_resource`).Scan(&badFolders, &capped); err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM job_resource WHERE int_max_cores < 100 OR int_max_gpus <= 0`).Scan(&badJobs); err != nil {
+			t.Fatal(err)
+		}
+		if badFolders != 0 || badJobs != 0 || capped == 0 {
+			t.Errorf("%d hosts: %d folders and %d jobs with a cap that books nothing; %d capped folders (want some)",
+				size.hosts, badFolders, badJobs, capped)
+		}
+	}
+}
+
 func TestSeedRejectsEmptyFarm(t *testing.T) {
 	if _, err := Seed(context.Background(), nil, Spec{}); err == nil {
 		t.Fatal("expected an error for an empty spec")
