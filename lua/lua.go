@@ -32,6 +32,7 @@
 //	acct:show:{show}    HASH  seeding marker: seeded = bootstrap epoch
 //	acct:shows          SET   shows with a marker
 //	acct:epoch          STRING bootstrap marker; absent = Redis is empty
+//	acct:bootstrap      STRING epoch of the bootstrap under way (or last begun)
 //	acct:sidecar:lsn    STRING last applied source-transaction LSN, %016X
 //	acct:rep:{show}     HASH  open repair session of the show (gen), with
 //	acct:repc:{show}    HASH  its sums: cores per accounting key, and
@@ -86,6 +87,15 @@
 // one script would block Redis for O(records of the show): ~170 ms for a
 // show with 20,000 live procs on the development machine.
 //
+// Seed (seed.lua) fences the seeding state by bootstrap epoch: "begin"
+// records the epoch of a bootstrap under way (acct:bootstrap); "mark" writes
+// a show's marker only if its epoch is acct:epoch, or acct:epoch is absent
+// and it is acct:bootstrap; "finish" writes acct:epoch only if it is
+// acct:bootstrap. A loop leader that stalled past its lock and resumes with
+// one write in flight thus cannot mark a show seeded, nor open the gates,
+// in a Redis another leader has (re-)bootstrapped: after a restart or a
+// FLUSHALL its epoch is unknown.
+//
 // Every script validates all of its arguments before its first write (Redis
 // does not roll a script back on error).
 //
@@ -114,11 +124,19 @@ var reconcileSrc string
 //go:embed repair.lua
 var repairSrc string
 
+//go:embed seed.lua
+var seedSrc string
+
 // Book returns the source of the booking script (book.lua).
 func Book() string { return bookSrc }
 
 // Release returns the source of the release / rollback script (release.lua).
 func Release() string { return releaseSrc }
+
+// Seed returns the source of the bootstrap term fence (seed.lua): begin a
+// bootstrap, mark a show seeded, finish the bootstrap, each refused unless
+// its epoch is the current one.
+func Seed() string { return seedSrc }
 
 // Reconcile returns the source of the per-show record reconciliation script
 // (reconcile.lua).

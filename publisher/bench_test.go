@@ -53,6 +53,9 @@ func BenchmarkBookingScript(b *testing.B) {
 	}, 0); err != nil {
 		b.Fatal(err)
 	}
+	if err := pub.BeginBootstrap(ctx, "bench"); err != nil {
+		b.Fatal(err)
+	}
 	if err := pub.MarkSeeded(ctx, "S", "bench"); err != nil {
 		b.Fatal(err)
 	}

@@ -8,6 +8,11 @@ import (
 // ErrShowNotSeeded is matched (errors.Is) by a *NotSeededError.
 var ErrShowNotSeeded = errors.New("show not seeded")
 
+// ErrEpochSuperseded: a seeding write (marker or epoch) named a bootstrap
+// epoch that is no longer the current one (another leader bootstrapped
+// since, or Redis was emptied): nothing was written.
+var ErrEpochSuperseded = errors.New("bootstrap epoch superseded")
+
 // ErrAlreadyReleased is returned by Book for a proc id whose release has
 // already been applied (a tombstone exists): booking it again would charge a
 // proc that is gone.

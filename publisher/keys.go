@@ -8,11 +8,12 @@ import (
 // Key names (see package lua for the schema). They are exported so that the
 // audit and the tests name keys exactly as the scripts do.
 const (
-	SeqKey     = "acct:seq"
-	EpochKey   = "acct:epoch"
-	ShowsKey   = "acct:shows"
-	LSNKey     = "acct:sidecar:lsn"
-	procPrefix = "acct:proc:"
+	SeqKey       = "acct:seq"
+	EpochKey     = "acct:epoch"
+	BootstrapKey = "acct:bootstrap"
+	ShowsKey     = "acct:shows"
+	LSNKey       = "acct:sidecar:lsn"
+	procPrefix   = "acct:proc:"
 )
 
 // SubKey is acct:sub:{show}:{alloc}.

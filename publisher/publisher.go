@@ -46,6 +46,7 @@ type Publisher struct {
 	release   *redis.Script
 	reconcile *redis.Script
 	repair    *redis.Script
+	seed      *redis.Script
 	repairSeq atomic.Uint64
 }
 
@@ -87,6 +88,7 @@ func New(client redis.UniversalClient, opts Options) (*Publisher, error) {
 		release:   redis.NewScript(lua.Release()),
 		reconcile: redis.NewScript(lua.Reconcile()),
 		repair:    redis.NewScript(lua.Repair()),
+		seed:      redis.NewScript(lua.Seed()),
 	}, nil
 }
 

@@ -56,6 +56,9 @@ func (f *fixture) seedShow() {
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	if err := f.pub.BeginBootstrap(f.ctx, "e1"); err != nil {
+		f.t.Fatal(err)
+	}
 	if err := f.pub.MarkSeeded(f.ctx, "S", "e1"); err != nil {
 		f.t.Fatal(err)
 	}
@@ -493,5 +496,73 @@ func TestNewClientConfig(t *testing.T) {
 	}
 	if _, err := publisher.New(nil, publisher.Options{}); err == nil {
 		t.Error("nil client accepted")
+	}
+}
+
+// TestSeedingFencedByEpoch: markers and acct:epoch are written only for the
+// current bootstrap, so a loop leader that stalled past its lock cannot
+// mark a show seeded, or open the gates, in a Redis that was emptied or
+// re-bootstrapped by another leader since.
+func TestSeedingFencedByEpoch(t *testing.T) {
+	f := newFixture(t, publisher.Options{})
+	ctx := f.ctx
+	mustOK := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	mustRefuse := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, publisher.ErrEpochSuperseded) {
+			t.Fatalf("%s: %v, want ErrEpochSuperseded", what, err)
+		}
+	}
+	seeded := func(show string) bool {
+		t.Helper()
+		m, err := f.pub.Seeded(ctx, []string{show})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m[show]
+	}
+
+	// Nothing begun: nothing is accepted.
+	mustRefuse("marker before any bootstrap", f.pub.MarkSeeded(ctx, "S1", "A"))
+	mustRefuse("epoch before any bootstrap", f.pub.SetEpoch(ctx, "A"))
+
+	// Bootstrap A, then steady state under A.
+	mustOK("begin A", f.pub.BeginBootstrap(ctx, "A"))
+	mustOK("mark S1 in A", f.pub.MarkSeeded(ctx, "S1", "A"))
+	mustRefuse("mark S1 with another epoch mid-bootstrap", f.pub.MarkSeeded(ctx, "S1", "Z"))
+	mustOK("finish A", f.pub.SetEpoch(ctx, "A"))
+	mustOK("mark S2 in A (a flip seeded later)", f.pub.MarkSeeded(ctx, "S2", "A"))
+	mustRefuse("mark S3 with a stale epoch", f.pub.MarkSeeded(ctx, "S3", "Z"))
+	if !seeded("S1") || !seeded("S2") || seeded("S3") {
+		t.Fatalf("markers: S1 %v S2 %v S3 %v", seeded("S1"), seeded("S2"), seeded("S3"))
+	}
+
+	// Redis restarts empty: A's writes land nowhere.
+	mustOK("flush", f.rdb.FlushDB(ctx).Err())
+	mustRefuse("A's marker after the flush", f.pub.MarkSeeded(ctx, "S1", "A"))
+	mustRefuse("A's epoch after the flush", f.pub.SetEpoch(ctx, "A"))
+
+	// The new leader bootstraps B; A's stalled writes still land nowhere.
+	mustOK("begin B", f.pub.BeginBootstrap(ctx, "B"))
+	mustRefuse("A's marker during B", f.pub.MarkSeeded(ctx, "S1", "A"))
+	mustRefuse("A's epoch during B", f.pub.SetEpoch(ctx, "A"))
+	if seeded("S1") {
+		t.Fatal("a stale marker landed during the re-bootstrap")
+	}
+	if ep, _ := f.pub.Epoch(ctx); ep != "" {
+		t.Fatalf("gates opened by a stale epoch: %q", ep)
+	}
+	mustOK("mark S1 in B", f.pub.MarkSeeded(ctx, "S1", "B"))
+	mustOK("finish B", f.pub.SetEpoch(ctx, "B"))
+	if ep, _ := f.pub.Epoch(ctx); ep != "B" || !seeded("S1") {
+		t.Fatalf("after B: epoch %q, S1 seeded %v", ep, seeded("S1"))
+	}
+	if err := f.pub.MarkSeeded(ctx, "S1", ""); err == nil {
+		t.Fatal("an empty epoch was accepted")
 	}
 }

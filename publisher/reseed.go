@@ -381,13 +381,43 @@ func (p *Publisher) WriteLimits(ctx context.Context, l Limits, chunk int) error 
 // MarkSeeded opens the show for booking: its caps, records and counters are
 // in Redis. epoch is the bootstrap epoch the seed belongs to.
 func (p *Publisher) MarkSeeded(ctx context.Context, showID, epoch string) error {
-	_, err := p.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		pipe.HSet(ctx, ShowKey(showID), "seeded", epoch, "ts", time.Now().UTC().Format(time.RFC3339Nano))
-		pipe.SAdd(ctx, ShowsKey, showID)
-		return nil
-	})
-	if err != nil {
+	if err := checkID("show id", showID); err != nil {
+		return fmt.Errorf("accounting mark seeded: %w", err)
+	}
+	if err := p.runSeed(ctx, []string{EpochKey, BootstrapKey, ShowKey(showID), ShowsKey},
+		"mark", epoch, time.Now().UTC().Format(time.RFC3339Nano), showID); err != nil {
 		return fmt.Errorf("accounting mark seeded %s: %w", showID, err)
+	}
+	return nil
+}
+
+// BeginBootstrap records epoch as the bootstrap under way (acct:bootstrap):
+// from then on only markers of this epoch are accepted until it finishes,
+// and any other bootstrap's SetEpoch is refused.
+func (p *Publisher) BeginBootstrap(ctx context.Context, epoch string) error {
+	if err := p.runSeed(ctx, []string{EpochKey, BootstrapKey}, "begin", epoch); err != nil {
+		return fmt.Errorf("accounting begin bootstrap: %w", err)
+	}
+	return nil
+}
+
+// runSeed runs seed.lua; a refusal is ErrEpochSuperseded, with the epochs
+// Redis holds.
+func (p *Publisher) runSeed(ctx context.Context, keys []string, mode, epoch string, args ...any) error {
+	if epoch == "" {
+		return errors.New("empty epoch")
+	}
+	v, err := p.seed.Run(ctx, p.rdb, keys, append([]any{mode, epoch}, args...)...).Slice()
+	if err != nil {
+		return err
+	}
+	if code, _ := intAt(v, 0); code != 1 {
+		cur, boot := "", ""
+		if len(v) >= 3 {
+			cur, _ = v[1].(string)
+			boot, _ = v[2].(string)
+		}
+		return fmt.Errorf("%w: epoch %s, Redis has acct:epoch %q and acct:bootstrap %q", ErrEpochSuperseded, epoch, cur, boot)
 	}
 	return nil
 }
@@ -448,9 +478,23 @@ func (p *Publisher) Epoch(ctx context.Context) (string, error) {
 	return v, nil
 }
 
-// SetEpoch writes acct:epoch (the end of a bootstrap).
+// Bootstrapping returns acct:bootstrap, the epoch of the bootstrap under
+// way or last begun ("" if none).
+func (p *Publisher) Bootstrapping(ctx context.Context) (string, error) {
+	v, err := p.rdb.Get(ctx, BootstrapKey).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("accounting bootstrap epoch: %w", err)
+	}
+	return v, nil
+}
+
+// SetEpoch writes acct:epoch (the end of a bootstrap), only if epoch is the
+// bootstrap under way (BeginBootstrap); otherwise ErrEpochSuperseded.
 func (p *Publisher) SetEpoch(ctx context.Context, epoch string) error {
-	if err := p.rdb.Set(ctx, EpochKey, epoch, 0).Err(); err != nil {
+	if err := p.runSeed(ctx, []string{EpochKey, BootstrapKey}, "finish", epoch); err != nil {
 		return fmt.Errorf("accounting set epoch: %w", err)
 	}
 	return nil

@@ -74,6 +74,9 @@ func TestSentinelFromOneConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sentinel never answered: %v", err)
 	}
+	if err := pub.BeginBootstrap(ctx, "e"); err != nil {
+		t.Fatal(err)
+	}
 	if err := pub.MarkSeeded(ctx, "S", "e"); err != nil {
 		t.Fatal(err)
 	}

@@ -267,6 +267,9 @@ func TestTruncateAndRetainedWAL(t *testing.T) {
 	health := metrics.NewHealth()
 	ip := h.start(true, func(c *sidecar.Config) { c.MaxRetainedWAL = 1; c.Health = health })
 	ip.waitActive(t, 10*time.Second)
+	if err := h.pub.BeginBootstrap(h.ctx, "e1"); err != nil {
+		t.Fatal(err)
+	}
 	if err := h.pub.SetEpoch(h.ctx, "e1"); err != nil {
 		t.Fatal(err)
 	}
@@ -402,6 +405,9 @@ func TestIgnoresSameNamedTablesInAnotherSchema(t *testing.T) {
 	ip := h.start(true)
 	ip.waitActive(t, 10*time.Second)
 	h.waitCheckpoint(h.walNow(), 10*time.Second)
+	if err := h.pub.BeginBootstrap(h.ctx, "e1"); err != nil {
+		t.Fatal(err)
+	}
 	if err := h.pub.SetEpoch(h.ctx, "e1"); err != nil { // the new slot's re-bootstrap request
 		t.Fatal(err)
 	}

@@ -166,15 +166,16 @@
 //   - one WriteLimits call (every chunk of it): caps as old as the stall
 //     (a cap changed meanwhile is reverted in Redis) until the next limit
 //     reseed;
-//   - MarkSeeded of one show, with the old epoch: harmless once the new
-//     leader has seeded that show; landing mid-re-bootstrap before that,
-//     it makes the script accept the show against counters that lack its
-//     procs until its seed lands. Only the booking gate stops dispatchers
-//     then (acct:epoch is missing until the bootstrap ends); nothing on the
-//     Redis side refuses a marker of an older term;
-//   - SetEpoch with the old epoch: nothing compares the value, so it only
-//     opens the gates early if it lands mid-bootstrap (the scripts still
-//     refuse shows without a marker);
+//   - MarkSeeded of one show, or SetEpoch: refused by the seed script
+//     (publisher.ErrEpochSuperseded) unless its epoch is still the current
+//     one. A Redis restart or FLUSHALL forgets every old epoch, and a new
+//     bootstrap begins by recording its own (acct:bootstrap), so a stalled
+//     leader can neither mark a show seeded against counters that lack its
+//     procs nor open the gates mid-re-bootstrap. (In steady state, with the
+//     same epoch, a stale marker of a show the old leader had reconciled
+//     is harmless: which shows book is decided by b_scheduler_managed in
+//     Postgres.) A stale BeginBootstrap fails the new leader's bootstrap,
+//     which is retried on its next cycle with a fresh epoch;
 //   - Unseed of one show: closed until the next managed check seeds it
 //     again (FlipSettle);
 //   - the dual write: Postgres totals of the old snapshot until the next
@@ -182,10 +183,10 @@
 //
 // Two overlapping leaders thus waste work and can leave counters off until
 // the next recompute, but every reconcile and repair step still validates
-// against current Redis state atomically. Closing the window entirely needs
-// a Redis-side check a new term or bootstrap invalidates (the marker and
-// epoch writes conditional on the current bootstrap, or a term key every
-// loop script checks); the lock is for efficiency and single-writer
+// against current Redis state atomically, and the seeding state (markers,
+// acct:epoch) is fenced by bootstrap epoch (TestSeedingFencedByEpoch in
+// package publisher). Closing the rest of the window would need a term key
+// every loop script checks; the lock is for efficiency and single-writer
 // Postgres updates, and the fence keeps the overlap to that one write.
 //
 // # Topology

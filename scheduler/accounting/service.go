@@ -425,7 +425,16 @@ func (s *Service) bootstrap(ctx context.Context, fence func(context.Context) err
 	s.setGate(false, "accounting: bootstrapping Redis from Postgres")
 	s.m.bootstraps.Inc()
 	epoch := uuid.NewString()
-	managed, err := s.st.managedShows(ctx)
+	// The term fence: from here only this bootstrap's markers and epoch are
+	// accepted (a stalled former leader's are refused by the seed script).
+	err := fence(ctx)
+	if err == nil {
+		err = s.pub.BeginBootstrap(ctx, epoch)
+	}
+	var managed []string
+	if err == nil {
+		managed, err = s.st.managedShows(ctx)
+	}
 	if err == nil {
 		s.log.Info("bootstrap: seeding every managed show before any booking", "shows", len(managed), "epoch", epoch)
 		err = s.seedShows(ctx, managed, epoch, "", fence)

@@ -79,8 +79,25 @@ func SeedAccounting(ctx context.Context, db Querier, pub *publisher.Publisher, s
 	if err := pub.WriteLimits(ctx, l, 0); err != nil {
 		return err
 	}
+	// Markers carry the bootstrap epoch: the current one, or (Redis not
+	// bootstrapped) a bootstrap begun here that nobody finishes.
+	epoch, err := pub.Epoch(ctx)
+	if err != nil {
+		return err
+	}
+	if epoch == "" {
+		if epoch, err = pub.Bootstrapping(ctx); err != nil {
+			return err
+		}
+	}
+	if epoch == "" {
+		epoch = "farmtest"
+		if err := pub.BeginBootstrap(ctx, epoch); err != nil {
+			return err
+		}
+	}
 	for _, s := range shows {
-		if err := pub.MarkSeeded(ctx, s, "farmtest"); err != nil {
+		if err := pub.MarkSeeded(ctx, s, epoch); err != nil {
 			return err
 		}
 	}

@@ -56,7 +56,11 @@ func TestShowListTableAndJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	// beta carries a stale marker (not managed).
-	if err := f.pub.MarkSeeded(ctx, f.beta.ID, "old"); err != nil {
+	// (written by hand: the seed script refuses a marker of an unknown epoch)
+	if err := f.pub.Client().HSet(ctx, publisher.ShowKey(f.beta.ID), "seeded", "old").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.pub.Client().SAdd(ctx, publisher.ShowsKey, f.beta.ID).Err(); err != nil {
 		t.Fatal(err)
 	}
 	var job, layer, folder string
@@ -301,6 +305,9 @@ func TestFlipWaitTimesOutWithoutScheduler(t *testing.T) {
 	f := newFarm(t)
 	streamSlot(t, f.dbURL, uniqueSlot(t), "cuesched-sidecar/cb1")
 	// Redis is bootstrapped but no scheduler runs: nobody seeds the show.
+	if err := f.pub.BeginBootstrap(context.Background(), "e1"); err != nil {
+		t.Fatal(err)
+	}
 	if err := f.pub.SetEpoch(context.Background(), "e1"); err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +343,11 @@ func TestFlipOnRemovesStaleMarker(t *testing.T) {
 	ctx := context.Background()
 	f := newFarm(t)
 	streamSlot(t, f.dbURL, uniqueSlot(t), "cuesched-sidecar/cb1")
-	if err := f.pub.MarkSeeded(ctx, f.alpha.ID, "previous-period"); err != nil {
+	// (written by hand: the seed script refuses a marker of an unknown epoch)
+	if err := f.pub.Client().HSet(ctx, publisher.ShowKey(f.alpha.ID), "seeded", "previous-period").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.pub.Client().SAdd(ctx, publisher.ShowsKey, f.alpha.ID).Err(); err != nil {
 		t.Fatal(err)
 	}
 	res, out, err := flip(t, f.tool(t, true), rollout.FlipRequest{Show: "alpha", On: true})

@@ -93,6 +93,9 @@ func TestStatusNeedsAttention(t *testing.T) {
 	// sidecar streams.
 	fakeScheduler(t, f.dbURL, "sched-x", true)
 	f.exec(t, `UPDATE show SET b_scheduler_managed = true WHERE pk_show = $1`, f.alpha.ID)
+	if err := f.pub.BeginBootstrap(ctx, "e1"); err != nil {
+		t.Fatal(err)
+	}
 	if err := f.pub.SetEpoch(ctx, "e1"); err != nil {
 		t.Fatal(err)
 	}
