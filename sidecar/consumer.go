@@ -69,6 +69,10 @@ type redisFailure struct {
 type release struct {
 	proc string
 	show string // "" when the old row lacked it: decided from the record
+	// unmanagedShow: the proc's show is not managed; released only if it
+	// has a booking record (booked while the show was managed, released
+	// after a flip back to Cuebot).
+	unmanagedShow bool
 	// keys resolved from the stream: sub, folder, job, layer, point ("" =
 	// unresolved).
 	keys        [5]string
@@ -181,7 +185,7 @@ func colInt(r replication.Row, name string) (int64, bool) {
 // was just created): exact at the consistent point.
 func (c *consumer) Snapshot(ctx context.Context, q replication.SnapshotQuerier) error {
 	cp := q.ConsistentPoint()
-	tq := snapshotTextQuery(q)
+	tq := replication.SnapshotText(q)
 	if err := c.resolveTables(ctx, tq); err != nil {
 		return err
 	}
@@ -244,7 +248,7 @@ func (c *consumer) Snapshot(ctx context.Context, q replication.SnapshotQuerier) 
 // the persisted managed set.
 func (c *consumer) Resume(ctx context.Context, slot replication.SlotInfo) error {
 	f := slot.ConfirmedFlushLSN
-	if err := c.resolveTables(ctx, poolTextQuery(c.pool)); err != nil {
+	if err := c.resolveTables(ctx, replication.QueryText(c.pool)); err != nil {
 		return err
 	}
 	var walText string
@@ -302,7 +306,7 @@ func (c *consumer) Resume(ctx context.Context, slot replication.SlotInfo) error 
 	}
 	force := reset || (found && st.lsn > walNow)
 	if !found || force {
-		shows, err := seedManaged(ctx, poolTextQuery(c.pool))
+		shows, err := seedManaged(ctx, replication.QueryText(c.pool))
 		if err != nil {
 			return err
 		}
@@ -317,7 +321,7 @@ func (c *consumer) Resume(ctx context.Context, slot replication.SlotInfo) error 
 		c.state = st
 	}
 	if !c.cachesLoaded || f > c.applied {
-		cs, err := seedCaches(ctx, poolTextQuery(c.pool))
+		cs, err := seedCaches(ctx, replication.QueryText(c.pool))
 		if err != nil {
 			return err
 		}
@@ -411,7 +415,7 @@ func (c *consumer) plan(ctx context.Context, txn *replication.Transaction) (*pla
 	if c.tables == nil {
 		// Snapshot or Resume resolves them before any transaction; this
 		// only guards a consumer driven some other way.
-		if err := c.resolveTables(ctx, poolTextQuery(c.pool)); err != nil {
+		if err := c.resolveTables(ctx, replication.QueryText(c.pool)); err != nil {
 			return nil, err
 		}
 	}
@@ -579,7 +583,10 @@ func (c *consumer) planProc(ctx context.Context, p *plan, ch *replication.Change
 	show, hasShow := col(old, "pk_show")
 	if hasShow {
 		if !p.isManaged(c, show) {
-			p.unmanaged++
+			// Decided by its record (execute): a proc cuesched booked
+			// before the show was flipped back to Cuebot still holds its
+			// charge, and only this release gives it back.
+			p.releases = append(p.releases, release{proc: id, show: show, unmanagedShow: true})
 			return nil
 		}
 		r.show = show
@@ -712,10 +719,11 @@ func (c *consumer) execute(ctx context.Context, txn *replication.Transaction, p 
 	rels := p.releases
 	if needBatch {
 		// A DELETE without pk_show (REPLICA IDENTITY not FULL) is decided
-		// from its record's show: read those records first.
+		// from its record's show, and one of an unmanaged show from whether
+		// it has a record: read those records first.
 		var undecided []int
 		for i, r := range rels {
-			if r.show == "" {
+			if r.show == "" || r.unmanagedShow {
 				undecided = append(undecided, i)
 			}
 		}
@@ -789,7 +797,8 @@ func (c *consumer) execute(ctx context.Context, txn *replication.Transaction, p 
 
 // decideFromRecords keeps the releases whose show was unknown only if their
 // record names a managed show (no record: nothing to undo, and it cannot be
-// told whether the show is managed, so Redis is not touched).
+// told whether the show is managed, so Redis is not touched), and those of
+// unmanaged shows only if they have a record at all.
 func (c *consumer) decideFromRecords(ctx context.Context, p *plan, rels []release, undecided []int) ([]release, error) {
 	shows := make([]string, len(undecided))
 	if err := c.redisCall(ctx, "read per-proc records", func(ctx context.Context) error {
@@ -812,6 +821,13 @@ func (c *consumer) decideFromRecords(ctx context.Context, p *plan, rels []releas
 	unknown := 0
 	for i, j := range undecided {
 		switch {
+		case rels[j].unmanagedShow && shows[i] == "":
+			// Cuebot's own proc: nothing of it is in Redis.
+			p.unmanaged++
+			drop[j] = true
+		case rels[j].unmanagedShow:
+			// Booked by cuesched before a flip back to Cuebot: release it.
+			c.m.releases.WithLabelValues("after_flip").Inc()
 		case shows[i] == "":
 			unknown++
 			drop[j] = true

@@ -88,8 +88,12 @@
 // The managed set is state derived from the stream, not a cache with a
 // TTL: every UPDATE/INSERT/DELETE of show is applied in commit order, and
 // inside a transaction in statement order, so a DELETE is judged by the
-// flag as of its own position: a show flipped to unmanaged stops being
-// released at exactly the transaction (and statement) that flipped it.
+// flag as of its own position: from exactly the transaction (and statement)
+// that flipped a show to unmanaged, its DELETEs are sent only for procs that
+// have a booking record (booked by cuesched before the flip: their charge
+// must still be given back; counted as after_flip), read in the same round
+// trip as the records of DELETEs without pk_show. Cuebot's own procs of the
+// show have none and are not sent (unmanaged).
 //
 // It is seeded consistently with the stream position:
 //

@@ -38,7 +38,7 @@ func newMetrics(reg prometheus.Registerer) (*sidecarMetrics, error) {
 	m := &sidecarMetrics{
 		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sidecar_releases_total",
-			Help: "proc DELETEs seen, by result: applied (charges undone in Redis), already_released (tombstone: a replayed release), unknown_proc (no record: never booked through Redis; counted no-op), skipped_replay (in a transaction at or below the Redis checkpoint), unmanaged (show not scheduler-managed at that point of the stream: not sent), local (desktop proc: Cuebot's own accounting, not sent).",
+			Help: "proc DELETEs seen, by result: applied (charges undone in Redis), already_released (tombstone: a replayed release), unknown_proc (no record: never booked through Redis; counted no-op), skipped_replay (in a transaction at or below the Redis checkpoint), unmanaged (show not scheduler-managed at that point of the stream and no booking record: Cuebot's own proc, not sent), after_flip (show not managed at that point but the proc was booked through Redis before a flip back to Cuebot: applied), local (desktop proc: Cuebot's own accounting, not sent).",
 		}, []string{"result"}),
 		transactions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sidecar_transactions_total",

@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cuesched/cuesched/publisher"
@@ -107,49 +106,8 @@ const (
 
 // textQuery runs sql and calls fn with each row's columns as text ("" for
 // NULL).
-type textQuery func(ctx context.Context, sql string, fn func(cols []string) error) error
+type textQuery = replication.TextQuery
 
-func snapshotTextQuery(q replication.SnapshotQuerier) textQuery {
-	return func(ctx context.Context, sql string, fn func([]string) error) error {
-		return q.Query(ctx, sql, func(r replication.Row) error {
-			cols := make([]string, r.Len())
-			for i := range cols {
-				if d := r.At(i); d.State == replication.Present {
-					cols[i] = fmt.Sprint(d.Value)
-				}
-			}
-			return fn(cols)
-		})
-	}
-}
-
-func poolTextQuery(pool *pgxpool.Pool) textQuery {
-	return func(ctx context.Context, sql string, fn func([]string) error) error {
-		rows, err := pool.Query(ctx, sql)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			vals, err := rows.Values()
-			if err != nil {
-				return err
-			}
-			cols := make([]string, len(vals))
-			for i, v := range vals {
-				if v != nil {
-					cols[i] = fmt.Sprint(v)
-				}
-			}
-			if err := fn(cols); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
-	}
-}
-
-// seedManaged reads the managed shows.
 func seedManaged(ctx context.Context, q textQuery) (map[string]bool, error) {
 	shows := map[string]bool{}
 	err := q(ctx, seedManagedSQL, func(c []string) error { shows[c[0]] = true; return nil })

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Tables tells a consumer's own tables apart from same-named tables in other
@@ -44,7 +46,7 @@ func (t Tables) String() string {
 // or a view) is a configuration error, which makes Stream.Run return when a
 // Consumer's Snapshot or Resume returns it: the consumer could not tell its
 // rows from anyone else's.
-func ResolveTables(ctx context.Context, query func(ctx context.Context, sql string, fn func(cols []string) error) error, names ...string) (Tables, error) {
+func ResolveTables(ctx context.Context, query TextQuery, names ...string) (Tables, error) {
 	if len(names) == 0 {
 		return nil, fmt.Errorf("%w: no table to resolve", errConfig)
 	}
@@ -83,9 +85,13 @@ func ResolveTables(ctx context.Context, query func(ctx context.Context, sql stri
 	return t, nil
 }
 
-// SnapshotText adapts a SnapshotQuerier to ResolveTables' query function:
-// every column is passed as text ("" for NULL).
-func SnapshotText(q SnapshotQuerier) func(ctx context.Context, sql string, fn func(cols []string) error) error {
+// TextQuery runs sql and calls fn with each row's columns as text ("" for
+// NULL): what ResolveTables and the consumers' seeding queries need, from a
+// snapshot or from a plain connection alike.
+type TextQuery func(ctx context.Context, sql string, fn func(cols []string) error) error
+
+// SnapshotText adapts a SnapshotQuerier to a TextQuery.
+func SnapshotText(q SnapshotQuerier) TextQuery {
 	return func(ctx context.Context, sql string, fn func([]string) error) error {
 		return q.Query(ctx, sql, func(r Row) error {
 			cols := make([]string, r.Len())
@@ -96,5 +102,37 @@ func SnapshotText(q SnapshotQuerier) func(ctx context.Context, sql string, fn fu
 			}
 			return fn(cols)
 		})
+	}
+}
+
+// Queryer is what QueryText needs: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.
+type Queryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// QueryText adapts a pool, connection or transaction to a TextQuery.
+func QueryText(q Queryer) TextQuery {
+	return func(ctx context.Context, sql string, fn func([]string) error) error {
+		rows, err := q.Query(ctx, sql)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				return err
+			}
+			cols := make([]string, len(vals))
+			for i, v := range vals {
+				if v != nil {
+					cols[i] = fmt.Sprint(v)
+				}
+			}
+			if err := fn(cols); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
 	}
 }

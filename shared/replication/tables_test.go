@@ -30,33 +30,6 @@ func (r *resolving) Snapshot(ctx context.Context, q SnapshotQuerier) error {
 	return r.recorder.Snapshot(ctx, q)
 }
 
-// poolText runs a query on a pool, every column as text.
-func poolText(pool *pgxpool.Pool) func(context.Context, string, func([]string) error) error {
-	return func(ctx context.Context, sql string, fn func([]string) error) error {
-		rows, err := pool.Query(ctx, sql)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			vals, err := rows.Values()
-			if err != nil {
-				return err
-			}
-			cols := make([]string, len(vals))
-			for i, v := range vals {
-				if v != nil {
-					cols[i] = fmt.Sprint(v)
-				}
-			}
-			if err := fn(cols); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
-	}
-}
-
 // TestTablesTellSameNamedRelationsApart: a publication carries item and
 // shadow.item; the stream delivers both with their schema, and the tables
 // resolved on the replication connection own public.item only. The
@@ -113,7 +86,7 @@ func TestTablesTellSameNamedRelationsApart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer shadowFirst.Close()
-	st, err := ResolveTables(ctx, poolText(shadowFirst), "item", "other")
+	st, err := ResolveTables(ctx, QueryText(shadowFirst), "item", "other")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,12 +98,12 @@ func TestTablesTellSameNamedRelationsApart(t *testing.T) {
 	}
 
 	for _, names := range [][]string{{"item", "missing"}, {"vw"}, {"Item"}, {"item; DROP TABLE item"}, nil} {
-		_, err := ResolveTables(ctx, poolText(pool), names...)
+		_, err := ResolveTables(ctx, QueryText(pool), names...)
 		if !errors.Is(err, errConfig) {
 			t.Errorf("ResolveTables(%q) = %v, want a configuration error", names, err)
 		}
 	}
-	if _, err := ResolveTables(ctx, poolText(pool), "item", "missing"); err == nil || !strings.Contains(err.Error(), "missing") {
+	if _, err := ResolveTables(ctx, QueryText(pool), "item", "missing"); err == nil || !strings.Contains(err.Error(), "missing") {
 		t.Errorf("error does not name the missing table: %v", err)
 	}
 	if Tables(nil).Owns(ch[1].Relation) || tables.Owns(nil) {
