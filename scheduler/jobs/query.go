@@ -122,6 +122,44 @@ func Pending(ctx context.Context, db DB, q PendingQuery) ([]Job, error) {
 	return out, nil
 }
 
+// cappedSQL: the cluster has work that Pending left out only for lack of
+// headroom (a subscription at its burst, a folder or job at its cap): a
+// PENDING, unpaused job of the active managed show with a layer of waiting
+// frames on the cluster's tags that is not deferred.
+const cappedSQL = `
+SELECT EXISTS (
+    SELECT 1 FROM job j JOIN show sh ON sh.pk_show = j.pk_show
+    WHERE j.pk_show = $1 AND j.pk_facility = $2
+      AND j.str_state = 'PENDING' AND NOT j.b_paused
+      AND sh.b_active AND sh.b_scheduler_managed
+      AND EXISTS (
+          SELECT 1 FROM layer l JOIN layer_stat ls ON ls.pk_layer = l.pk_layer
+          WHERE l.pk_job = j.pk_job AND ls.int_waiting_count > 0
+            AND string_to_array(replace(l.str_tags::text, ' ', ''), '|') && $3::text[]
+            AND (l.ts_start_after IS NULL OR l.ts_start_after <= now())))`
+
+// Capped reports whether a cluster for which Pending found no job has
+// waiting work all the same, held back only by a burst or a cap: its
+// headroom returns as the show's frames end, so it is worth looking again
+// soon (the pipeline's saturated sleep rather than its empty sleep).
+func Capped(ctx context.Context, db DB, q PendingQuery) (bool, error) {
+	rows, err := db.Query(ctx, q.Schema.adapt(cappedSQL), q.ShowID, q.FacilityID, normTags(q.Tags))
+	if err != nil {
+		return false, fmt.Errorf("capped work of show %s: %w", q.ShowID, err)
+	}
+	defer rows.Close()
+	var capped bool
+	for rows.Next() {
+		if err := rows.Scan(&capped); err != nil {
+			return false, fmt.Errorf("capped work of show %s: %w", q.ShowID, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("capped work of show %s: %w", q.ShowID, err)
+	}
+	return capped, nil
+}
+
 // normTags strips spaces the way the tag-array expression does.
 func normTags(tags []string) []string {
 	out := make([]string, 0, len(tags))

@@ -4,8 +4,12 @@
 // pass found (rust-scheduler §4.1–4.2).
 //
 //	no jobs (or the job query failed)       -> cluster_empty_sleep (30 s)
+//	no bookable job, but waiting work held  -> cluster_saturated_sleep
+//	  back by a burst or a cap
 //	jobs, but no frame booked               -> cluster_saturated_sleep (5 s)
-//	an allocation cluster at its burst      -> cluster_empty_sleep
+//	an allocation cluster at its burst      -> cluster_saturated_sleep (its
+//	                                           headroom returns as frames end,
+//	                                           seen only in Redis)
 //	frames booked                           -> no sleep: go round again
 //
 // The saturated sleep is an upper bound. With a Capacity (the host cache),
@@ -203,6 +207,7 @@ const (
 	Booked     Reason = "booked"
 	Saturated  Reason = "saturated"
 	NoJobs     Reason = "no_jobs"
+	Capped     Reason = "capped"
 	QueryError Reason = "query_error"
 	AllocFull  Reason = "alloc_full"
 	Cancelled  Reason = "cancelled"
@@ -234,10 +239,11 @@ func (p *Pipeline) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 		wake = p.capacity.Watch(c)
 	}
 	start := time.Now()
-	js, err := jobs.Pending(ctx, p.db, jobs.PendingQuery{
+	pq := jobs.PendingQuery{
 		ShowID: c.ShowID, FacilityID: c.FacilityID, Tags: c.TagNames(), Limit: p.cfg.MaxJobsPerPass,
 		CoreUnit: p.cfg.CoreUnit, AgeRelief: p.cfg.AgeRelief, Schema: p.cfg.Schema,
-	})
+	}
+	js, err := jobs.Pending(ctx, p.db, pq)
 	p.m.jobQuery.Observe(time.Since(start).Seconds())
 	if err != nil {
 		if ctx.Err() != nil {
@@ -248,6 +254,11 @@ func (p *Pipeline) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	}
 	p.m.jobsQueried.Add(float64(len(js)))
 	if len(js) == 0 {
+		// Work held back only by a burst or a cap gets its headroom back
+		// as frames end, which wakes nothing: look again soon.
+		if capped, err := jobs.Capped(ctx, p.db, pq); err == nil && capped {
+			return PassResult{Reason: Capped, Sleep: p.cfg.SaturatedSleep}
+		}
 		return PassResult{Reason: NoJobs, Sleep: p.cfg.EmptySleep}
 	}
 
@@ -300,7 +311,9 @@ func (p *Pipeline) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	case ctx.Err() != nil:
 		res.Reason = Cancelled
 	case allocFull:
-		res.Reason, res.Sleep = AllocFull, p.cfg.EmptySleep
+		// Its headroom comes back as the show's frames end, which only
+		// Redis sees (no WAL event wakes the cluster): the short sleep.
+		res.Reason, res.Sleep = AllocFull, p.cfg.SaturatedSleep
 	case total == 0:
 		res.Reason, res.Sleep, res.Wake = Saturated, p.cfg.SaturatedSleep, wake
 	default:

@@ -138,6 +138,40 @@ func TestPassOutcomes(t *testing.T) {
 	}
 }
 
+// TestAllocAtBurstSleepsShort: a cluster whose allocation is at the show's
+// burst gets its headroom back as the show's frames finish, which nothing
+// wakes it for: it sleeps the saturated sleep, not the empty one, both when
+// a pass runs into the burst and when the job query leaves the show out.
+func TestAllocAtBurstSleepsShort(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 1)
+	ctx := context.Background()
+	if _, err := w.pool.Exec(ctx, `UPDATE subscription SET int_burst = 200 WHERE pk_show = $1`, w.show.ID); err != nil {
+		t.Fatal(err)
+	}
+	w.job(t, "j1", 6)
+	s := w.scheduler(t, testConfig(w), pipeline.Deps{})
+	c := allocCluster(w)
+	r := s.Pipeline.Pass(ctx, c)
+	if r.Reason != pipeline.AllocFull || r.Dispatched != 2 || r.Sleep != time.Minute {
+		t.Fatalf("first pass = %+v, want 2 frames booked up to the 2-core burst, then alloc_full with the saturated sleep (1m)", r)
+	}
+	// The job query leaves the show out at its burst: no bookable job, but
+	// waiting work, so the short sleep again.
+	r = s.Pipeline.Pass(ctx, c)
+	if r.Reason != pipeline.Capped || r.Dispatched != 0 || r.Sleep != time.Minute {
+		t.Fatalf("pass at burst = %+v, want capped with the saturated sleep (1m)", r)
+	}
+	// Nothing waiting at all: the empty sleep.
+	if _, err := w.pool.Exec(ctx, `UPDATE job SET b_paused = true WHERE pk_show = $1`, w.show.ID); err != nil {
+		t.Fatal(err)
+	}
+	r = s.Pipeline.Pass(ctx, c)
+	if r.Reason != pipeline.NoJobs || r.Sleep != time.Hour {
+		t.Fatalf("pass with nothing waiting = %+v, want no_jobs with the empty sleep (1h)", r)
+	}
+}
+
 type countingGate struct {
 	open  atomic.Bool
 	waits atomic.Int64
