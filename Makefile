@@ -30,9 +30,8 @@ bench: deps build
 	$(GO) run ./bench/cmd/report
 
 # The full fault and bad-input suite (scheduler/faults): every fault
-# randomized and repeated, the chaos run, and the tests of known bugs (which
-# fail until fixed). Its fast part runs in `make test`. FAULTS_FLAGS=-v
-# prints every run's timeline.
+# randomized and repeated, the chaos run, and every bad-input case. Its fast
+# part runs in `make test`. FAULTS_FLAGS=-v prints every run's timeline.
 faults: deps
 	CUESCHED_FAULTS=full $(GO) test -race -count=1 -timeout 60m $(FAULTS_FLAGS) ./scheduler/faults/
 

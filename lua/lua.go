@@ -10,6 +10,10 @@
 //	acct:sub:{show}:{alloc}     size, burst, int_cores, int_gpus
 //	acct:folder:{folder}        int_min_cores, int_max_cores, int_min_gpus, int_max_gpus, int_cores, int_gpus, show_id
 //	acct:job:{job}              int_max_cores, int_max_gpus, int_priority, int_cores, int_gpus
+//
+// (sub, folder, job and point also carry cap_lsn, the WAL position their
+// caps were read at; see Limits.)
+//
 //	acct:layer:{layer}          int_cores, int_gpus
 //	acct:point:{dept}:{show}    int_min_cores, int_min_gpus, int_cores, int_gpus
 //	acct:seq                    global mutation sequence (INCR by every mutating script)
@@ -87,6 +91,12 @@
 // one script would block Redis for O(records of the show): ~170 ms for a
 // show with 20,000 live procs on the development machine.
 //
+// Limits (limits.lua) writes cap fields in WAL order: each hash keeps the
+// position its caps are valid at (cap_lsn, the sidecar's commit end LSN or
+// the position read just before a reseed's snapshot) and a write stamped
+// earlier is skipped, so a reseed whose snapshot predates a cap change the
+// sidecar already wrote cannot put the old cap back.
+//
 // Seed (seed.lua) fences the seeding state by bootstrap epoch: "begin"
 // records the epoch of a bootstrap under way (acct:bootstrap); "mark" writes
 // a show's marker only if its epoch is acct:epoch, or acct:epoch is absent
@@ -127,11 +137,17 @@ var repairSrc string
 //go:embed seed.lua
 var seedSrc string
 
+//go:embed limits.lua
+var limitsSrc string
+
 // Book returns the source of the booking script (book.lua).
 func Book() string { return bookSrc }
 
 // Release returns the source of the release / rollback script (release.lua).
 func Release() string { return releaseSrc }
+
+// Limits returns the source of the ordered cap writer (limits.lua).
+func Limits() string { return limitsSrc }
 
 // Seed returns the source of the bootstrap term fence (seed.lua): begin a
 // bootstrap, mark a show seeded, finish the bootstrap, each refused unless

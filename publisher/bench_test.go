@@ -45,7 +45,7 @@ func BenchmarkBookingScript(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := pub.WriteLimits(ctx, publisher.Limits{
+	if _, err := pub.WriteLimits(ctx, publisher.Limits{
 		Subs:    []publisher.SubLimits{{ShowID: "S", AllocID: "A", Burst: 1 << 50}},
 		Folders: []publisher.FolderLimits{{FolderID: "F", ShowID: "S", MaxCores: -1, MaxGPUs: -1}},
 		// A job cap has no "unlimited" value (-1 books nothing): a huge one.

@@ -47,6 +47,7 @@ type Publisher struct {
 	reconcile *redis.Script
 	repair    *redis.Script
 	seed      *redis.Script
+	limits    *redis.Script
 	repairSeq atomic.Uint64
 }
 
@@ -89,6 +90,7 @@ func New(client redis.UniversalClient, opts Options) (*Publisher, error) {
 		reconcile: redis.NewScript(lua.Reconcile()),
 		repair:    redis.NewScript(lua.Repair()),
 		seed:      redis.NewScript(lua.Seed()),
+		limits:    redis.NewScript(lua.Limits()),
 	}, nil
 }
 

@@ -47,7 +47,7 @@ func newFixture(t *testing.T, opts publisher.Options) *fixture {
 // GPUs, folder F unlimited) and marks it seeded.
 func (f *fixture) seedShow() {
 	f.t.Helper()
-	err := f.pub.WriteLimits(f.ctx, publisher.Limits{
+	_, err := f.pub.WriteLimits(f.ctx, publisher.Limits{
 		Subs:    []publisher.SubLimits{{ShowID: "S", AllocID: "A", Size: 1000, Burst: 2000}},
 		Folders: []publisher.FolderLimits{{FolderID: "F", ShowID: "S", MaxCores: -1, MaxGPUs: -1}},
 		Jobs:    []publisher.JobLimits{{JobID: "J", MaxCores: 1200, MaxGPUs: 2, Priority: 100}},
@@ -289,7 +289,7 @@ func TestZeroCapsStopBooking(t *testing.T) {
 	}
 	limits := func(folderCores, folderGPUs, jobCores, jobGPUs int64) {
 		t.Helper()
-		if err := f.pub.WriteLimits(f.ctx, publisher.Limits{
+		if _, err := f.pub.WriteLimits(f.ctx, publisher.Limits{
 			Folders: []publisher.FolderLimits{{FolderID: "F", ShowID: "S", MaxCores: folderCores, MaxGPUs: folderGPUs}},
 			Jobs:    []publisher.JobLimits{{JobID: "J", MaxCores: jobCores, MaxGPUs: jobGPUs}},
 		}, 0); err != nil {
@@ -564,5 +564,53 @@ func TestSeedingFencedByEpoch(t *testing.T) {
 	}
 	if err := f.pub.MarkSeeded(ctx, "S1", ""); err == nil {
 		t.Fatal("an empty epoch was accepted")
+	}
+}
+
+// TestCapWritesInWALOrder: caps reach Redis from the sidecar (stamped with
+// the commit's LSN) and from the limit reseed (stamped with the position
+// before its snapshot); a write stamped earlier than what a hash holds is
+// skipped, so an older snapshot never reverts a newer cap.
+func TestCapWritesInWALOrder(t *testing.T) {
+	f := newFixture(t, publisher.Options{})
+	write := func(maxCores, lsn uint64) int {
+		t.Helper()
+		skipped, err := f.pub.WriteLimits(f.ctx, publisher.Limits{LSN: lsn,
+			Jobs: []publisher.JobLimits{{JobID: "J", MaxCores: int64(maxCores) * 100, MaxGPUs: 1, Priority: 1}}}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return skipped
+	}
+	jobMax := func() int64 {
+		t.Helper()
+		v, err := f.rdb.HGet(f.ctx, publisher.JobKey("J"), "int_max_cores").Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if s := write(12, 0x200); s != 0 || jobMax() != 12 {
+		t.Fatalf("first write: skipped %d, cap %d", s, jobMax())
+	}
+	if s := write(5, 0x100); s != 1 || jobMax() != 12 {
+		t.Fatalf("older write: skipped %d, cap %d; want it skipped and 12 kept", s, jobMax())
+	}
+	if s := write(7, 0x200); s != 0 || jobMax() != 7 {
+		t.Fatalf("same position (a replay): skipped %d, cap %d", s, jobMax())
+	}
+	if s := write(8, 0x1_0000_0300); s != 0 || jobMax() != 8 {
+		t.Fatalf("newer write: skipped %d, cap %d", s, jobMax())
+	}
+	// Lexical order must be numeric order: 0x300 < 0x1_0000_0300.
+	if s := write(3, 0x300); s != 1 || jobMax() != 8 {
+		t.Fatalf("older write with fewer digits: skipped %d, cap %d", s, jobMax())
+	}
+	// An unordered write (tools, tests) always lands and leaves the stamp.
+	if s := write(9, 0); s != 0 || jobMax() != 9 {
+		t.Fatalf("unordered write: skipped %d, cap %d", s, jobMax())
+	}
+	if s := write(4, 0x400); s != 1 || jobMax() != 9 {
+		t.Fatalf("stamp lost by an unordered write: skipped %d, cap %d", s, jobMax())
 	}
 }

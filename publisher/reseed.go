@@ -330,6 +330,12 @@ type Limits struct {
 	Folders []FolderLimits
 	Jobs    []JobLimits
 	Points  []PointLimits
+	// LSN is the WAL position these caps are valid at: the end LSN of the
+	// transaction that changed them (the sidecar), or the position read just
+	// before the snapshot they come from (the limit reseed). A hash whose
+	// caps were written from a later position is left alone. 0 writes
+	// unordered (tools and tests).
+	LSN uint64
 }
 
 // Len is the number of hashes written.
@@ -342,8 +348,11 @@ func (l Limits) Len() int { return len(l.Subs) + len(l.Folders) + len(l.Jobs) + 
 // field is written, 0 included, so a cap lowered to 0 books nothing from the
 // next booking on (a missing field is refused too, never read as 0). It
 // never touches int_cores / int_gpus, so it cannot clobber a booking and
-// needs no compare-and-swap: limit fields are written only by reseeds.
-func (p *Publisher) WriteLimits(ctx context.Context, l Limits, chunk int) error {
+// needs no compare-and-swap on the counters. Caps are written in WAL order
+// (limits.lua, Limits.LSN): a reseed from an older snapshot never reverts a
+// cap change the sidecar already wrote. It reports how many hashes were
+// skipped for that reason.
+func (p *Publisher) WriteLimits(ctx context.Context, l Limits, chunk int) (skipped int, err error) {
 	if chunk <= 0 {
 		chunk = 500
 	}
@@ -365,17 +374,27 @@ func (p *Publisher) WriteLimits(ctx context.Context, l Limits, chunk int) error 
 	for _, pt := range l.Points {
 		all = append(all, hset{PointKey(pt.DeptID, pt.ShowID), []any{"int_min_cores", CapCores(pt.MinCores), "int_min_gpus", pt.MinGPUs}})
 	}
+	stamp := ""
+	if l.LSN != 0 {
+		stamp = FormatLSN(l.LSN)
+	}
 	for start := 0; start < len(all); start += chunk {
 		end := min(start+chunk, len(all))
-		pipe := p.rdb.Pipeline()
+		keys := make([]string, 0, end-start)
+		args := []any{stamp}
 		for _, h := range all[start:end] {
-			pipe.HSet(ctx, h.key, h.fields...)
+			keys = append(keys, h.key)
+			args = append(args, len(h.fields)/2)
+			args = append(args, h.fields...)
 		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return fmt.Errorf("accounting write limits: %w", err)
+		v, err := p.limits.Run(ctx, p.rdb, keys, args...).Slice()
+		if err != nil {
+			return skipped, fmt.Errorf("accounting write limits: %w", err)
 		}
+		n, _ := intAt(v, 1)
+		skipped += int(n)
 	}
-	return nil
+	return skipped, nil
 }
 
 // MarkSeeded opens the show for booking: its caps, records and counters are

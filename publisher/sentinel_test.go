@@ -61,7 +61,7 @@ func TestSentinelFromOneConfig(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err = pub.WriteLimits(ctx, publisher.Limits{
+		_, err = pub.WriteLimits(ctx, publisher.Limits{
 			Subs:    []publisher.SubLimits{{ShowID: "S", AllocID: "A", Burst: 1000}},
 			Folders: []publisher.FolderLimits{{FolderID: "F", ShowID: "S", MaxCores: -1, MaxGPUs: -1}},
 			Jobs:    []publisher.JobLimits{{JobID: "J", MaxCores: 1000, MaxGPUs: 100}},

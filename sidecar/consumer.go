@@ -783,7 +783,7 @@ func (c *consumer) execute(ctx context.Context, txn *replication.Transaction, p 
 			return err
 		}
 	}
-	if err := c.writeCaps(ctx, p); err != nil {
+	if err := c.writeCaps(ctx, txn, p); err != nil {
 		return err
 	}
 	if p.truncate {
@@ -996,8 +996,10 @@ func (c *consumer) compare(r release, rec []any) {
 	}
 }
 
-func (c *consumer) writeCaps(ctx context.Context, p *plan) error {
-	var l publisher.Limits
+func (c *consumer) writeCaps(ctx context.Context, txn *replication.Transaction, p *plan) error {
+	// Stamped with the transaction's position: a limit reseed from an older
+	// snapshot cannot put the old caps back (publisher.Limits.LSN).
+	l := publisher.Limits{LSN: uint64(txn.EndLSN)}
 	for k, v := range p.subCaps {
 		l.Subs = append(l.Subs, publisher.SubLimits{ShowID: k[0], AllocID: k[1], Size: v[0], Burst: v[1]})
 	}
@@ -1011,7 +1013,11 @@ func (c *consumer) writeCaps(ctx context.Context, p *plan) error {
 		return nil
 	}
 	if err := c.redisCall(ctx, "write caps", func(ctx context.Context) error {
-		return c.pub.WriteLimits(ctx, l, 0)
+		skipped, err := c.pub.WriteLimits(ctx, l, 0)
+		if skipped > 0 {
+			c.log.Debug("caps already written from a later position left alone", "end_lsn", txn.EndLSN, "hashes", skipped)
+		}
+		return err
 	}); err != nil {
 		return err
 	}

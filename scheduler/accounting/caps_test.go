@@ -102,3 +102,40 @@ func TestLimitReseedZeroCapsStopBooking(t *testing.T) {
 		t.Errorf("job int_max_gpus in Redis = %d, want 0", got)
 	}
 }
+
+// TestLimitReseedKeepsNewerSidecarCaps: the sidecar wrote a job's cap from
+// a transaction later than the reseed's snapshot; the reseed leaves it.
+func TestLimitReseedKeepsNewerSidecarCaps(t *testing.T) {
+	f := newFarm(t)
+	sh := f.addShow(showSpec{managed: true, burstCores: 10, jobs: 1, jobMaxCores: 6})
+	s, _ := f.service(Config{})
+	if err := s.Bootstrap(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	key := keyOf("job", sh, 0)
+	if v := f.counter(key, "int_max_cores"); v != 6 {
+		t.Fatalf("bootstrap wrote job cap %d, want 6", v)
+	}
+	// A later transaction lowered the cap to 2; the sidecar wrote it,
+	// stamped far past any snapshot this test can take.
+	if _, err := f.pub.WriteLimits(f.ctx, publisher.Limits{LSN: 1 << 60,
+		Jobs: []publisher.JobLimits{{JobID: sh.jobs[0].id, MaxCores: 200, MaxGPUs: 100, Priority: 1}}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReseedLimits(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := f.counter(key, "int_max_cores"); v != 2 {
+		t.Fatalf("limit reseed reverted the newer cap: %d, want 2", v)
+	}
+	// Once the stamp is older than the snapshot, the reseed writes again.
+	if err := f.rdb.HSet(f.ctx, key, "cap_lsn", publisher.FormatLSN(1)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReseedLimits(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := f.counter(key, "int_max_cores"); v != 6 {
+		t.Fatalf("limit reseed over an older stamp: cap %d, want Postgres's 6", v)
+	}
+}

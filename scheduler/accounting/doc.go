@@ -71,7 +71,12 @@
 // The limit reseed (LimitReseedInterval, default 300 s) copies size, burst,
 // folder and job caps, priority and point minimums with plain HSETs of limit
 // fields only. It never touches int_cores or int_gpus, so it cannot clobber a
-// booking and needs no CAS. Caps read as Cuebot reads them and convert to
+// booking and needs no CAS on the counters. Caps are written in WAL order
+// (publisher.Limits.LSN, lua limits.lua): the reseed stamps its writes with
+// the WAL position read just before its snapshot and the sidecar with each
+// change's commit, so a reseed from a snapshot older than a cap change the
+// sidecar already wrote leaves that cap alone
+// (TestLimitReseedKeepsNewerSidecarCaps). Caps read as Cuebot reads them and convert to
 // whole cores rounding down (publisher.JobCapCores, FolderCapCores, ...):
 // only a folder cap of exactly -1 is unlimited; a job cap, or a folder cap
 // of any other value, below one core is 0 and books nothing.

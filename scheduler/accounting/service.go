@@ -493,7 +493,8 @@ func (s *Service) seedShowsInner(ctx context.Context, shows []string, epoch stri
 			all.Subs, all.Folders = append(all.Subs, l.Subs...), append(all.Folders, l.Folders...)
 			all.Jobs, all.Points = append(all.Jobs, l.Jobs...), append(all.Points, l.Points...)
 		}
-		if err := s.pub.WriteLimits(ctx, all, s.cfg.BatchSize); err != nil {
+		all.LSN = sn.lsn
+		if _, err := s.pub.WriteLimits(ctx, all, s.cfg.BatchSize); err != nil {
 			return err
 		}
 		err = s.reconcileShows(ctx, sn, mark, fence, func(sh string) error {
@@ -710,8 +711,15 @@ func (s *Service) reseedLimits(ctx context.Context, fence func(context.Context) 
 			if err := fence(ctx); err != nil {
 				return err
 			}
-			if err := s.pub.WriteLimits(ctx, *sn.limits[sh], s.cfg.BatchSize); err != nil {
+			lim := *sn.limits[sh]
+			lim.LSN = sn.lsn
+			skipped, err := s.pub.WriteLimits(ctx, lim, s.cfg.BatchSize)
+			if err != nil {
 				return err
+			}
+			if skipped > 0 {
+				s.log.Debug("limit reseed: caps newer than the snapshot left alone (written by the sidecar since)",
+					"show", sh, "hashes", skipped)
 			}
 		}
 		return nil

@@ -6,6 +6,7 @@ import (
 	"github.com/cuesched/cuesched/migrations"
 	"sort"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -60,6 +61,13 @@ type snapshot struct {
 	baseline map[string][]string
 	// skipped counts procs that cannot be charged (no job row).
 	skipped int
+	// lsn is the WAL position read just before the snapshot was taken: its
+	// caps are written to Redis stamped with it (publisher.Limits.LSN), so
+	// they never revert a cap change committed after it that the sidecar
+	// already wrote. (A transaction whose commit record precedes lsn but
+	// which was not yet visible when the snapshot was taken, a window of
+	// microseconds, can still be reverted until the next reseed.)
+	lsn uint64
 }
 
 func newSnapshot(shows []string) *snapshot {
@@ -89,6 +97,16 @@ func (s *store) load(ctx context.Context, shows []string, withProcs bool) (*snap
 	if len(shows) == 0 {
 		return sn, nil
 	}
+	var lsnText string
+	if err := s.pool.QueryRow(ctx, `SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+		ELSE pg_current_wal_lsn() END)::text`).Scan(&lsnText); err != nil {
+		return nil, fmt.Errorf("snapshot: WAL position: %w", err)
+	}
+	lsn, err := pglogrepl.ParseLSN(lsnText)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: WAL position %q: %w", lsnText, err)
+	}
+	sn.lsn = uint64(lsn)
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: begin: %w", err)

@@ -76,7 +76,7 @@ func SeedAccounting(ctx context.Context, db Querier, pub *publisher.Publisher, s
 	if err != nil {
 		return fmt.Errorf("farmtest: read caps: %w", err)
 	}
-	if err := pub.WriteLimits(ctx, l, 0); err != nil {
+	if _, err := pub.WriteLimits(ctx, l, 0); err != nil {
 		return err
 	}
 	// Markers carry the bootstrap epoch: the current one, or (Redis not
