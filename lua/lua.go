@@ -10,13 +10,12 @@
 //	acct:sub:{show}:{alloc}     size, burst, int_cores, int_gpus
 //	acct:folder:{folder}        int_min_cores, int_max_cores, int_min_gpus, int_max_gpus, int_cores, int_gpus, show_id
 //	acct:job:{job}              int_max_cores, int_max_gpus, int_priority, int_cores, int_gpus
-//
-// (sub, folder, job and point also carry cap_lsn, the WAL position their
-// caps were read at; see Limits.)
-//
 //	acct:layer:{layer}          int_cores, int_gpus
 //	acct:point:{dept}:{show}    int_min_cores, int_min_gpus, int_cores, int_gpus
 //	acct:seq                    global mutation sequence (INCR by every mutating script)
+//
+// (sub, folder, job and point also carry cap_lsn, the WAL position their
+// caps were read at; see Limits.)
 //
 // Cores are whole cores, GPUs are device counts; no centicore arithmetic
 // happens in Lua (conversion is the publisher's job). Caps read as Cuebot
