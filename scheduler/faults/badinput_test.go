@@ -711,10 +711,12 @@ func TestBadShowFlipMidRun(t *testing.T) {
 		}
 	}
 	// Every show is managed now: the queue is all four.
+	var managedFrames int64
 	if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM frame f JOIN job j ON j.pk_job = f.pk_job
-		JOIN show s ON s.pk_show = j.pk_show WHERE s.b_scheduler_managed`).Scan(&e.managed); err != nil {
+		JOIN show s ON s.pk_show = j.pk_show WHERE s.b_scheduler_managed`).Scan(&managedFrames); err != nil {
 		t.Fatal(err)
 	}
+	e.managed.Store(managedFrames)
 	e.finish(90 * time.Second)
 }
 

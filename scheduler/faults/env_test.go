@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,7 +147,7 @@ type env struct {
 	pub      *publisher.Publisher
 	farm     *farm.Farm
 	slot     string
-	managed  int // frames of managed shows
+	managed  atomic.Int64 // frames of managed shows (read by the progress sampler)
 	// fixture is the exact farm when envOpts.Fixture built one.
 	fixture *fixture
 	// wasManaged lists shows a test flipped to Cuebot during the run
@@ -234,12 +235,15 @@ func newEnv(t *testing.T, o envOpts) *env {
 			t.Fatal(err)
 		}
 	}
+	var managedFrames int64
 	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM frame f JOIN job j ON j.pk_job = f.pk_job
-		JOIN show s ON s.pk_show = j.pk_show WHERE s.b_scheduler_managed`).Scan(&e.managed); err != nil {
+		JOIN show s ON s.pk_show = j.pk_show WHERE s.b_scheduler_managed`).Scan(&managedFrames); err != nil {
 		t.Fatal(err)
 	}
+	e.managed.Store(managedFrames)
 	// The guardrail (scheduler/accounting, cuesched status) recognises sidecar
-	// slots by the migrations.SidecarSlotPrefix prefix.
+	// slots by the migrations.SidecarSlotPrefix prefix (or by a walsender
+	// named cuesched-sidecar/...).
 	e.slot = fmt.Sprintf("%s_faults_%d", migrations.SidecarSlotPrefix, rand.Int64N(1<<40))
 
 	e.emu = cuebotemu.New(e.pool, nil)
@@ -553,11 +557,11 @@ func (e *env) waitProgress(frac float64, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	for {
 		done, _, err := e.progress()
-		if err == nil && float64(done) >= frac*float64(e.managed) {
+		if err == nil && float64(done) >= frac*float64(e.managed.Load()) {
 			return
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("only %d of %d managed frames done after %s (err %v)", done, e.managed, timeout, err)
+			e.t.Fatalf("only %d of %d managed frames done after %s (err %v)", done, e.managed.Load(), timeout, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -566,7 +570,7 @@ func (e *env) waitProgress(frac float64, timeout time.Duration) {
 // drained reports whether every managed frame is done and no proc is left.
 func (e *env) drained() bool {
 	done, procs, err := e.progress()
-	return err == nil && done == e.managed && procs == 0
+	return err == nil && int64(done) == e.managed.Load() && procs == 0
 }
 
 // waitDrained waits for the queue to drain.
@@ -605,9 +609,9 @@ func (e *env) progressLog(interval time.Duration) {
 			time.Sleep(interval)
 			done, procs, err := e.progress()
 			if err == nil {
-				e.note("progress: %d/%d done, %d procs", done, e.managed, procs)
+				e.note("progress: %d/%d done, %d procs", done, e.managed.Load(), procs)
 			}
-			if err == nil && e.managed-done < 25 {
+			if err == nil && e.managed.Load()-int64(done) < 25 {
 				rows, err := e.pool.Query(e.ctx, `SELECT s.str_name || ' ' || j.str_name || ' ' || l.str_name || ' ' || f.str_state || ' x' || count(*)::text
 					FROM frame f JOIN layer l ON l.pk_layer = f.pk_layer JOIN job j ON j.pk_job = f.pk_job JOIN show s ON s.pk_show = j.pk_show
 					WHERE s.b_scheduler_managed AND f.str_state NOT IN ('SUCCEEDED', 'DEAD') GROUP BY s.str_name, j.str_name, l.str_name, f.str_state ORDER BY 1`)
@@ -622,7 +626,7 @@ func (e *env) progressLog(interval time.Duration) {
 					e.note("  left: %s", strings.Join(left, "; "))
 				}
 			}
-			if err == nil && done == e.managed && procs == 0 {
+			if err == nil && int64(done) == e.managed.Load() && procs == 0 {
 				return
 			}
 		}
