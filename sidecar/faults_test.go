@@ -31,6 +31,51 @@ type deleter struct {
 	mu      sync.Mutex
 	deleted int
 	err     error
+	// unsure: a batch whose DELETE failed with the connection (Postgres
+	// restarting). Its commit may have happened all the same; it is
+	// settled against Postgres before the deleter deletes anything else.
+	unsure []*procFx
+}
+
+// settle resolves an unsure batch: the procs Postgres no longer has were
+// deleted (their release is due); the others are still live.
+func (d *deleter) settle() bool {
+	if len(d.unsure) == 0 {
+		return true
+	}
+	ids := make([]string, len(d.unsure))
+	for i, p := range d.unsure {
+		ids[i] = p.id
+	}
+	rows, err := d.h.pool.Query(d.h.ctx, `SELECT pk_proc FROM proc WHERE pk_proc = ANY($1)`, ids)
+	if err != nil {
+		return false
+	}
+	still := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return false
+		}
+		still[id] = true
+	}
+	rows.Close()
+	if rows.Err() != nil {
+		return false
+	}
+	var gone []*procFx
+	for _, p := range d.unsure {
+		if !still[p.id] {
+			gone = append(gone, p)
+		}
+	}
+	d.h.forget(gone...)
+	d.mu.Lock()
+	d.deleted += len(gone)
+	d.mu.Unlock()
+	d.unsure = nil
+	return true
 }
 
 func (h *harness) startDeleter(every time.Duration, rebook bool) *deleter {
@@ -44,11 +89,21 @@ func (d *deleter) run() {
 	t := time.NewTicker(d.every)
 	defer t.Stop()
 	shows := []*showFx{d.h.a, d.h.b, d.h.u}
+	defer func() {
+		// Settle a batch left unsure by the last attempt (Postgres is
+		// back by the time the test stops the deleter).
+		for i := 0; i < 100 && !d.settle() && d.h.ctx.Err() == nil; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
 	for n := 0; ; n++ {
 		select {
 		case <-d.stop:
 			return
 		case <-t.C:
+		}
+		if !d.settle() {
+			continue
 		}
 		live := d.h.liveProcs()
 		if len(live) < 60 {
@@ -68,7 +123,9 @@ func (d *deleter) run() {
 			if d.h.ctx.Err() != nil {
 				return
 			}
-			// Postgres restarting: the procs are still there; try later.
+			// Postgres restarting: the DELETE may or may not have
+			// committed before the connection went; settle it first.
+			d.unsure = batch
 			d.mu.Lock()
 			d.err = err
 			d.mu.Unlock()
