@@ -40,10 +40,9 @@ type consumer struct {
 
 	// tables are Cuebot's tables the sidecar reads, each with the schema
 	// its name resolves to on the search_path (resolved at the start of
-	// every session); foreign are the relations whose rows were ignored
-	// (logged once each).
+	// every session); ignored logs the other relations once each.
 	tables  replication.Tables
-	foreign map[string]bool
+	ignored replication.Ignored
 
 	state        managedState // managed shows as of state.lsn (stream position)
 	c            *caches
@@ -142,22 +141,8 @@ func (c *consumer) resolveTables(ctx context.Context, q textQuery) error {
 // write caps). Ignored relations are logged once each; their transactions
 // are acknowledged like any other.
 func (c *consumer) table(ch *replication.Change) string {
-	rel := ch.Relation
-	if c.tables.Owns(rel) {
-		return rel.Table
-	}
-	name := rel.QualifiedName()
-	if !c.foreign[name] {
-		if c.foreign == nil {
-			c.foreign = map[string]bool{}
-		}
-		c.foreign[name] = true
-		if schema, lookAlike := c.tables[rel.Table]; lookAlike {
-			c.log.Info("ignoring rows of a table that is not Cuebot's (same name, another schema)",
-				"relation", name, "cuebot_table", schema+"."+rel.Table, "op", ch.Op, "lsn", ch.LSN)
-		} else {
-			c.log.Debug("ignoring rows of a table the sidecar does not read", "relation", name, "op", ch.Op, "lsn", ch.LSN)
-		}
+	if c.tables.Admit(ch, &c.ignored, c.log) {
+		return ch.Relation.Table
 	}
 	return ""
 }

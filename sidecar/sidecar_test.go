@@ -383,7 +383,7 @@ func TestIgnoresSameNamedTablesInAnotherSchema(t *testing.T) {
 				t.Errorf("%s: shadow.subscription's burst written to Redis", phase)
 			}
 		}
-		if !strings.Contains(ip.logs.String(), "ignoring rows of a table that is not Cuebot's") ||
+		if !strings.Contains(ip.logs.String(), "ignoring changes of a table that is not Cuebot's") ||
 			!strings.Contains(ip.logs.String(), "relation=shadow.proc") {
 			t.Errorf("%s: ignored relations not logged", phase)
 		}

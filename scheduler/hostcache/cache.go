@@ -178,9 +178,9 @@ type Cache struct {
 	watched     bool // someone holds changed: close it on the next change
 	capChanged  chan struct{}
 	capWatched  bool // someone holds capChanged: close it on the next bump
-	// foreign are the relations whose changes were ignored (not the
-	// mirrored tables; logged once each).
-	foreign map[string]bool
+	// ignored logs the relations whose changes were ignored (not the
+	// mirrored tables) once each.
+	ignored replication.Ignored
 	// buildGen counts group builds; Cache.Watch includes it (see there).
 	buildGen atomic.Uint64
 
@@ -428,29 +428,10 @@ func (c *Cache) Heartbeat(ctx context.Context, hb replication.Heartbeat) error {
 }
 
 // mirroredLocked reports whether a streamed change is of a mirrored table
-// (its name and the schema the snapshot resolved it to). Other relations
-// are logged once each: a same-named table in another schema at INFO (its
-// rows would have locked, filled or re-tagged Cuebot's hosts), any other
-// table of the publication at DEBUG.
+// (its name and the schema the snapshot resolved it to); other relations
+// are logged once each (replication.Tables.Admit).
 func (c *Cache) mirroredLocked(ch *replication.Change) bool {
-	rel := ch.Relation
-	if c.st.tables.Owns(rel) {
-		return true
-	}
-	name := rel.QualifiedName()
-	if !c.foreign[name] {
-		if c.foreign == nil {
-			c.foreign = map[string]bool{}
-		}
-		c.foreign[name] = true
-		if schema, lookAlike := c.st.tables[rel.Table]; lookAlike {
-			c.log.Info("ignoring changes of a table that is not Cuebot's (same name, another schema)",
-				"relation", name, "cuebot_table", schema+"."+rel.Table, "op", ch.Op, "lsn", ch.LSN)
-		} else {
-			c.log.Debug("ignoring changes of a table the cache does not mirror", "relation", name, "op", ch.Op, "lsn", ch.LSN)
-		}
-	}
-	return false
+	return c.st.tables.Admit(ch, &c.ignored, c.log)
 }
 
 // observeRowLocked applies the assume/confirm rule to a WAL change of a

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -26,6 +27,42 @@ func (t Tables) Owns(rel *Relation) bool {
 	}
 	schema, ok := t[rel.Table]
 	return ok && schema == rel.Schema
+}
+
+// Ignored remembers the relations a consumer has ignored, so that each is
+// logged once. The zero value is ready; it is not safe for concurrent use.
+type Ignored struct{ seen map[string]bool }
+
+// Admit reports whether ch is of one of the tables (Owns). A change of any
+// other relation is ignored, logged once per relation with its LSN: at INFO
+// for a same-named table in another schema (its rows are not Cuebot's, and
+// applying them would corrupt the consumer's state), at DEBUG for any other
+// table the publication carries.
+func (t Tables) Admit(ch *Change, ig *Ignored, log hclog.Logger) bool {
+	rel := ch.Relation
+	if t.Owns(rel) {
+		return true
+	}
+	name := "?"
+	if rel != nil {
+		name = rel.QualifiedName()
+	}
+	if ig.seen[name] {
+		return false
+	}
+	if ig.seen == nil {
+		ig.seen = map[string]bool{}
+	}
+	ig.seen[name] = true
+	if rel != nil {
+		if schema, lookAlike := t[rel.Table]; lookAlike {
+			log.Info("ignoring changes of a table that is not Cuebot's (same name, another schema)",
+				"relation", name, "cuebot_table", schema+"."+rel.Table, "op", ch.Op, "lsn", ch.LSN)
+			return false
+		}
+	}
+	log.Debug("ignoring changes of a relation this consumer does not read", "relation", name, "op", ch.Op, "lsn", ch.LSN)
+	return false
 }
 
 // String lists the tables as schema.table, sorted (for logs).
