@@ -95,6 +95,23 @@ func (f *farm) service(cfg Config) (*Service, *prometheus.Registry) {
 	return s, reg
 }
 
+// secondService is another "process" on the same database and Redis: its
+// own pool, Redis client and publisher.
+func (f *farm) secondService(cfg Config) (*Service, *publisher.Publisher) {
+	f.t.Helper()
+	pool2, err := pgxpool.New(f.ctx, f.dbURL)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(pool2.Close)
+	_, pub2, _ := f.newPublisher(0)
+	s2, err := New(pool2, pub2, cfg, nil, nil)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return s2, pub2
+}
+
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) {

@@ -398,16 +398,7 @@ func TestFrozenLeaderRedisRestart(t *testing.T) {
 	cfg := Config{LeaderPollInterval: testPoll, LeaderSessionTimeout: testIdle, ManagedPollInterval: 50 * time.Millisecond,
 		EpochPollInterval: 50 * time.Millisecond, RecomputeInterval: 200 * time.Millisecond}
 	s1, _ := f.service(cfg)
-	pool2, err := pgxpool.New(f.ctx, f.dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool2.Close)
-	_, pub2, _ := f.newPublisher(0)
-	s2, err := New(pool2, pub2, cfg, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2, _ := f.secondService(cfg)
 	runService(t, s1)
 	eventually(t, 5*time.Second, "first leader", s1.IsLeader)
 	runService(t, s2)

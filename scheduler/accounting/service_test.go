@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/shared/testenv"
 )
@@ -238,17 +236,7 @@ func TestTwoInstancesOneLeader(t *testing.T) {
 	cfg := Config{ManagedPollInterval: 100 * time.Millisecond, RecomputeInterval: 100 * time.Millisecond, EpochPollInterval: 50 * time.Millisecond}
 	s1, reg1 := f.service(cfg)
 
-	// A second "process": its own pool, Redis client and publisher.
-	pool2, err := pgxpool.New(f.ctx, f.dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool2.Close)
-	_, pub2, _ := f.newPublisher(0)
-	s2, err := New(pool2, pub2, cfg, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2, pub2 := f.secondService(cfg)
 	stop1 := runService(t, s1)
 	stop2 := runService(t, s2)
 

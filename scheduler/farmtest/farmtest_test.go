@@ -16,6 +16,23 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
+// newTestSeeder gives a test its own database, a Seeder on it and a
+// facility "fac".
+func newTestSeeder(t *testing.T) (*pgxpool.Pool, *Seeder, string) {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), migrationstest.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := &Seeder{DB: pool}
+	fac, err := s.Facility(context.Background(), "fac")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool, s, fac
+}
+
 // noCopy hides the pool's CopyFrom, so the seeder takes its INSERT path.
 type noCopy struct{ DB }
 
@@ -27,16 +44,7 @@ type noCopy struct{ DB }
 func TestJobsWriteFramesAsCuebot(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	base := &Seeder{DB: pool}
-	fac, err := base.Facility(ctx, "fac")
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, base, fac := newTestSeeder(t)
 	fx, err := base.Department(ctx, "fx")
 	if err != nil {
 		t.Fatal(err)
@@ -137,16 +145,7 @@ func TestJobsWriteFramesAsCuebot(t *testing.T) {
 func TestJobsReportsTheFailingRow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s := &Seeder{DB: pool}
-	fac, err := s.Facility(ctx, "fac")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, s, fac := newTestSeeder(t)
 	show, err := s.Show(ctx, "bad", true)
 	if err != nil {
 		t.Fatal(err)
@@ -168,16 +167,7 @@ func TestJobsReportsTheFailingRow(t *testing.T) {
 func TestHostWritesItsRowsAsCuebot(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s := &Seeder{DB: pool}
-	fac, err := s.Facility(ctx, "fac")
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, s, fac := newTestSeeder(t)
 	alloc, err := s.Alloc(ctx, fac, "fac.gpu", "gpu")
 	if err != nil {
 		t.Fatal(err)
@@ -223,16 +213,7 @@ func TestHostWritesItsRowsAsCuebot(t *testing.T) {
 func TestCapsAsCuebotReadsThem(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s := &Seeder{DB: pool}
-	fac, err := s.Facility(ctx, "fac")
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, s, fac := newTestSeeder(t)
 	show, err := s.Show(ctx, "caps", true)
 	if err != nil {
 		t.Fatal(err)
