@@ -9,7 +9,7 @@ VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 REVISION  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 
-.PHONY: all deps build test demo bench faults lint proto clean
+.PHONY: all deps build test stress demo bench faults lint proto clean
 
 all: build
 
@@ -22,6 +22,13 @@ build:
 test: deps
 	$(GO) vet $(PKGS)
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+
+# `make test` STRESS_RUNS times while STRESS_CPUS stress-ng CPU hogs run
+# alongside: the suite must stay green on a busy machine.
+STRESS_RUNS ?= 3
+STRESS_CPUS ?= 2
+stress:
+	STRESS_RUNS=$(STRESS_RUNS) STRESS_CPUS=$(STRESS_CPUS) bash scripts/stress-test.sh
 
 demo: deps build
 	./bin/cuesched demo $(DEMO_FLAGS)

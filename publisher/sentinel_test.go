@@ -59,7 +59,7 @@ func TestSentinelFromOneConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testenv.Patience(10 * time.Second))
 	for {
 		_, err = pub.WriteLimits(ctx, publisher.Limits{
 			Subs:    []publisher.SubLimits{{ShowID: "S", AllocID: "A", Burst: 1000}},

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure the servers the tests and the demo start are installed:
 # PostgreSQL (server binaries, for initdb/postgres), redis-server and protoc.
+# `ensure-deps.sh stress` also makes sure stress-ng is there (make stress).
 # As root it installs what is missing with apt-get; otherwise it prints the
 # exact command and fails.
 set -euo pipefail
@@ -13,6 +14,12 @@ command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 if ! ls /usr/lib/postgresql/*/bin/pgbench >/dev/null 2>&1 && ! command -v pgbench >/dev/null 2>&1; then
   missing+=(postgresql-contrib)
 fi
+for extra in "$@"; do
+  case "$extra" in
+    stress) command -v stress-ng >/dev/null 2>&1 || missing+=(stress-ng) ;;
+    *) echo "ensure-deps.sh: unknown extra '$extra' (known: stress)" >&2; exit 2 ;;
+  esac
+done
 # Deduplicate.
 if [ ${#missing[@]} -gt 0 ]; then
   mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)

@@ -210,7 +210,7 @@ func TestStandbyTakesOver(t *testing.T) {
 		killed := time.Now()
 		active.kill()
 		if _, err := h.waitHolder(func(n string) bool { return n == standby.name }, 5*time.Second); err != nil {
-			t.Fatalf("round %d: standby did not take the slot within 5s of the kill", round)
+			t.Fatalf("round %d: standby did not take the slot after the kill", round)
 		}
 		// A release committed now must reach Redis through the new owner.
 		probe := h.book(h.a, 1)[0]
@@ -220,8 +220,8 @@ func TestStandbyTakesOver(t *testing.T) {
 			if err == nil && n == 0 {
 				break
 			}
-			if time.Since(killed) > 5*time.Second {
-				t.Fatalf("round %d: releases did not flow again within 5s of the kill", round)
+			if time.Since(killed) > testenv.Patience(5*time.Second) {
+				t.Fatalf("round %d: releases did not flow again after the kill", round)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -309,7 +309,7 @@ func schedulerAccounting(t *testing.T, h *harness) {
 // half-made slot).
 func (h *harness) waitSlotCreated(timeout time.Duration) {
 	h.t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(testenv.Patience(timeout))
 	for {
 		if _, ok, err := h.pub.Checkpoint(h.ctx); err == nil && ok {
 			var n int
@@ -326,7 +326,7 @@ func (h *harness) waitSlotCreated(timeout time.Duration) {
 
 func (h *harness) waitEpoch(timeout time.Duration) {
 	h.t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(testenv.Patience(timeout))
 	for {
 		if e, err := h.pub.Epoch(h.ctx); err == nil && e != "" {
 			return
@@ -341,7 +341,7 @@ func (h *harness) waitEpoch(timeout time.Duration) {
 // deleteUntil lets d run until at most n procs are live.
 func (h *harness) deleteUntil(d *deleter, n int, timeout time.Duration) {
 	h.t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(testenv.Patience(timeout))
 	for len(h.liveProcs()) > n {
 		if time.Now().After(deadline) {
 			h.t.Fatalf("deleter did not get down to %d live procs within %s", n, timeout)
@@ -423,7 +423,7 @@ func TestRedisDownNothingAcknowledged(t *testing.T) {
 	for i := 2; i < 12; i++ {
 		h.del(ps[i])
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testenv.Patience(15 * time.Second))
 	for {
 		fails := health.Ready()
 		if len(fails) > 0 && strings.Contains(fails[0], "redis unavailable") {
@@ -447,7 +447,7 @@ func TestRedisDownNothingAcknowledged(t *testing.T) {
 	if got := ip.metric(t, "sidecar_rebootstrap_requests_total", map[string]string{"reason": "redis_lost_data"}); got != 0 {
 		t.Errorf("re-bootstrap requested although Redis kept its data (%v)", got)
 	}
-	deadline = time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(testenv.Patience(5 * time.Second))
 	for len(health.Ready()) != 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("not ready after Redis came back: %v", health.Ready())

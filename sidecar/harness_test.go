@@ -347,7 +347,7 @@ func (h *harness) walNow() uint64 {
 // transaction committed before it has been applied.
 func (h *harness) waitCheckpoint(lsn uint64, timeout time.Duration) {
 	h.t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(testenv.Patience(timeout))
 	for {
 		cp, ok, err := h.pub.Checkpoint(h.ctx)
 		if err == nil && ok && cp >= lsn {
@@ -520,7 +520,7 @@ func (ip *inProcess) stop(t testing.TB) {
 
 func (ip *inProcess) waitActive(t testing.TB, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(testenv.Patience(timeout))
 	for !ip.sc.Status().Active {
 		if time.Now().After(deadline) {
 			t.Fatalf("sidecar not active within %s: %+v\n%s", timeout, ip.sc.Status(), tail(ip.logs.String(), 4000))
@@ -540,7 +540,7 @@ func (ip *inProcess) metric(t testing.TB, name string, want map[string]string) f
 // after the Redis write a test waits for).
 func (ip *inProcess) waitMetric(t testing.TB, name string, labels map[string]string, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testenv.Patience(5 * time.Second))
 	for {
 		got := ip.metric(t, name, labels)
 		if got == want {
@@ -697,7 +697,7 @@ func (h *harness) slotHolder() string {
 }
 
 func (h *harness) waitHolder(pred func(string) bool, timeout time.Duration) (string, error) {
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(testenv.Patience(timeout))
 	for {
 		if n := h.slotHolder(); pred(n) {
 			return n, nil

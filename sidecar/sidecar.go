@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cuesched/cuesched/lua"
+	"github.com/cuesched/cuesched/migrations"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/shared/metrics"
 	"github.com/cuesched/cuesched/shared/replication"
@@ -140,13 +141,16 @@ func New(cfg Config, rdb redis.UniversalClient) (*Sidecar, error) {
 		c:          newCaches(),
 	}
 	stream, err := replication.New(replication.Config{
-		ConnString:     cfg.DatabaseURL,
-		Slot:           cfg.SlotName,
-		Kind:           replication.PermanentSlot,
-		CreateSlot:     cfg.CreateSlot,
-		Publications:   cfg.Publications,
-		ExplicitAck:    true,
-		StatusInterval: cfg.StatusInterval,
+		ConnString: cfg.DatabaseURL,
+		// The scheduler's guardrail and `cuesched migrate status` know a
+		// sidecar's walsender by this name, whatever the slot is called.
+		ApplicationName: migrations.SidecarAppName,
+		Slot:            cfg.SlotName,
+		Kind:            replication.PermanentSlot,
+		CreateSlot:      cfg.CreateSlot,
+		Publications:    cfg.Publications,
+		ExplicitAck:     true,
+		StatusInterval:  cfg.StatusInterval,
 		// A standby retries the busy slot every StandbyRetry (jittered
 		// between half and all of it); so does a disconnected sidecar.
 		MinBackoff: cfg.StandbyRetry,
@@ -182,7 +186,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	}
 	pcfg.MaxConns = 4
 	if pcfg.ConnConfig.RuntimeParams["application_name"] == "" {
-		pcfg.ConnConfig.RuntimeParams["application_name"] = "cuesched-sidecar"
+		pcfg.ConnConfig.RuntimeParams["application_name"] = migrations.SidecarAppName
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

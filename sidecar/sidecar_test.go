@@ -12,6 +12,8 @@ import (
 	"github.com/cuesched/cuesched/shared/metrics"
 	"github.com/cuesched/cuesched/shared/replication"
 	"github.com/cuesched/cuesched/sidecar"
+
+	"github.com/cuesched/cuesched/shared/testenv"
 )
 
 // TestReleasesEachManagedDeleteOnce: deletes of every shape (one proc, many,
@@ -187,7 +189,7 @@ func TestCapChangesReachRedis(t *testing.T) {
 		publisher.FolderKey(h.a.rows.FolderID):       {"int_max_cores": "50", "int_max_gpus": "3"},
 		publisher.JobKey(h.a.job):                    {"int_max_cores": "7", "int_max_gpus": "2", "int_priority": "9"},
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testenv.Patience(5 * time.Second))
 	for key, fields := range want {
 		for f, v := range fields {
 			for {
@@ -264,7 +266,7 @@ func TestTruncateAndRetainedWAL(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitCheckpoint(h.walNow(), 10*time.Second)
-	for deadline := time.Now().Add(5 * time.Second); ip.metric(t, "sidecar_rebootstrap_requests_total", map[string]string{"reason": "truncate"}) != 1; {
+	for deadline := time.Now().Add(testenv.Patience(5 * time.Second)); ip.metric(t, "sidecar_rebootstrap_requests_total", map[string]string{"reason": "truncate"}) != 1; {
 		if time.Now().After(deadline) {
 			t.Fatal("no re-bootstrap requested for a TRUNCATE of proc")
 		}
@@ -273,7 +275,7 @@ func TestTruncateAndRetainedWAL(t *testing.T) {
 	if e, _ := h.pub.Epoch(h.ctx); e != "" {
 		t.Errorf("acct:epoch still %q after a TRUNCATE of proc", e)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testenv.Patience(5 * time.Second))
 	for ip.metric(t, "sidecar_slot_retained_wal_exceeded", nil) != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("retained WAL over the limit not flagged")

@@ -118,7 +118,7 @@ func TestSchedulerCLIDryRun(t *testing.T) {
 		code, errb = runSchedulerT(rctx, env, "--config", path, "--facility", "spi", "--dry-run")
 		done <- code
 	}()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testenv.Patience(20 * time.Second))
 	for {
 		var n int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM proc`).Scan(&n); err != nil {

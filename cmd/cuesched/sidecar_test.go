@@ -114,7 +114,7 @@ func TestSidecarCLIRunsAndDrains(t *testing.T) {
 		code, errb := runSidecarT(ctx, nil, "--config", path, "--create-slot")
 		done <- result{code, errb}
 	}()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testenv.Patience(30 * time.Second))
 	for {
 		var active bool
 		err := pool.QueryRow(context.Background(), `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)

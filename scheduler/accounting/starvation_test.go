@@ -13,12 +13,19 @@ import (
 )
 
 // TestRecomputeNeverStarves books and releases as fast as the machine
-// allows while the recompute runs back to back: every cycle must complete
-// (no retry, no skip). For contrast it records how often the reference
-// design's acct:seq compare-and-swap would have failed the same cycle
-// (acct:seq moved between the read before the snapshot and the write).
+// allows while the recompute runs back to back, and forces the case that
+// starved the reference design on every cycle: between the recompute's
+// snapshot and its write, the hook waits until the booking workers have
+// made more script calls (so acct:seq has moved and a compare-and-swap
+// reseed would fail). Every one of a fixed number of cycles must still
+// complete, with no retry and no skip. The verdict counts cycles against
+// booking calls, never against the clock.
 func TestRecomputeNeverStarves(t *testing.T) {
 	t.Parallel()
+	const (
+		wantCycles    = 8
+		callsPerCycle = 64 // booking+release script calls forced into each snapshot window
+	)
 	rd, err := testenv.StartRedis(context.Background(), testenv.RedisOptions{Databases: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -34,23 +41,16 @@ func TestRecomputeNeverStarves(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var casWouldFail, snapshots, cycles atomic.Int64
-	s.hooks.afterSnapshot = func(_ []string, m publisher.Mark) {
-		snapshots.Add(1)
-		now, _ := f.rdb.Get(context.Background(), publisher.SeqKey).Int64()
-		if now != m.Seq {
-			casWouldFail.Add(1)
-		}
-	}
-	ctx, cancel := context.WithTimeout(f.ctx, 3*time.Second)
-	defer cancel()
+	// The workers run until the recompute loop below is done.
+	load, stopLoad := context.WithCancel(f.ctx)
+	defer stopLoad()
 	var ops atomic.Int64
 	var wg sync.WaitGroup
 	for w := 0; w < 32; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			for n := 0; ctx.Err() == nil; n++ {
+			for n := 0; load.Err() == nil; n++ {
 				id := fmt.Sprintf("hot-%d-%d", w, n)
 				if _, err := f.pub.Book(context.Background(), sh.booking(id, n%4, 100)); err != nil {
 					t.Errorf("book: %v", err)
@@ -64,31 +64,44 @@ func TestRecomputeNeverStarves(t *testing.T) {
 			}
 		}(w)
 	}
-	start := time.Now()
-	var maxCycle time.Duration
-	for ctx.Err() == nil {
-		c0 := time.Now()
-		if err := s.Recompute(ctx); err != nil {
-			if ctx.Err() != nil {
-				break
+
+	var casWouldFail, snapshots atomic.Int64
+	s.hooks.afterSnapshot = func(_ []string, m publisher.Mark) {
+		snapshots.Add(1)
+		// Hold the cycle between snapshot and write until the workers
+		// have made callsPerCycle more calls: the window a CAS loses.
+		from := ops.Load()
+		deadline := time.Now().Add(testenv.Patience(2 * time.Minute))
+		for ops.Load() < from+callsPerCycle && load.Err() == nil {
+			if time.Now().After(deadline) {
+				t.Errorf("the booking workers made no progress during a recompute snapshot window")
+				return
 			}
-			t.Fatalf("recompute cycle %d did not complete: %v", cycles.Load(), err)
+			time.Sleep(time.Millisecond)
 		}
-		cycles.Add(1)
-		maxCycle = max(maxCycle, time.Since(c0))
+		now, _ := f.rdb.Get(context.Background(), publisher.SeqKey).Int64()
+		if now != m.Seq {
+			casWouldFail.Add(1)
+		}
 	}
-	elapsed := time.Since(start)
+	cycles := 0
+	for ; cycles < wantCycles; cycles++ {
+		if err := s.Recompute(f.ctx); err != nil {
+			t.Fatalf("recompute cycle %d did not complete under booking load: %v", cycles, err)
+		}
+	}
+	stopLoad()
 	wg.Wait()
 	s.hooks.afterSnapshot = nil
 
-	rate := float64(ops.Load()) / elapsed.Seconds()
-	t.Logf("%.0f booking+release script calls/s for %v; %d recompute cycles completed (every one; max %v, mean %v); "+
-		"a CAS reseed would have failed %d of %d (%.0f%%)",
-		rate, elapsed.Round(time.Millisecond), cycles.Load(), maxCycle.Round(time.Millisecond),
-		(elapsed / time.Duration(max(cycles.Load(), 1))).Round(time.Millisecond),
-		casWouldFail.Load(), snapshots.Load(), 100*float64(casWouldFail.Load())/float64(max(snapshots.Load(), 1)))
-	if cycles.Load() < 5 {
-		t.Errorf("only %d recompute cycles in %v", cycles.Load(), elapsed)
+	t.Logf("%d recompute cycles completed under %d booking+release script calls; "+
+		"a CAS reseed would have failed %d of %d snapshots",
+		cycles, ops.Load(), casWouldFail.Load(), snapshots.Load())
+	if got := snapshots.Load(); got != wantCycles {
+		t.Errorf("%d snapshots for %d cycles: a cycle was retried or skipped", got, wantCycles)
+	}
+	if got := casWouldFail.Load(); got != wantCycles {
+		t.Errorf("acct:seq moved inside only %d of %d snapshot windows: the test did not force the starving case", got, wantCycles)
 	}
 	if r := metric(t, reg, "scheduler_accounting_recompute_retries_total"); r != 0 {
 		t.Errorf("recompute retried %v times", r)

@@ -10,7 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/cuesched/cuesched/scheduler/testdouble/fakerqd"
+
+	"github.com/cuesched/cuesched/shared/testenv"
 )
 
 // One scheduler drains the farm; caps, bursts, limits and host resources
@@ -80,26 +84,49 @@ func TestEndToEndUnreachableHosts(t *testing.T) {
 		}
 		return n
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for failedOnDown() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no launch was attempted on an unreachable host within 30s")
+	// Keep the hosts down until the case under test has happened: a
+	// launch failed there and the booking was compensated (the frame is
+	// WAITING again with the launch-failure exit status 299). Waiting for
+	// the event, not for a time, so a slow machine cannot skip it.
+	compensatedSQL := `SELECT pk_frame FROM frame WHERE str_state = 'WAITING' AND int_exit_status = 299 AND int_version >= 2`
+	var compensated []string
+	deadline := time.Now().Add(testenv.Patience(2 * time.Minute))
+	for {
+		rows, err := e.pool.Query(e.ctx, compensatedSQL)
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) > 0 && failedOnDown() > 0 {
+			compensated = ids
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no booking on an unreachable host was compensated within 2 min (%d failed launches seen)", failedOnDown())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	// Let the failures pile up a little, then bring the hosts back.
-	time.Sleep(300 * time.Millisecond)
 	failed := failedOnDown()
 	for h := range down {
 		e.fake.ClearHost(h)
 	}
-	e.waitDrained(60 * time.Second)
+	e.waitDrained(2 * time.Minute)
 	smp.finish(t)
 	e.checkEnd(true)
-	// A compensated frame was started (version 1), cleared (2), started
-	// again (3) and completed (4).
-	if n := e.count(`SELECT count(*) FROM frame WHERE str_state = 'SUCCEEDED' AND int_version >= 4`); n == 0 {
-		t.Fatal("no frame went through compensation and a second dispatch")
+	// Each compensated frame was started (version 1), cleared (2), then
+	// dispatched again and completed: SUCCEEDED at version 4 or more.
+	for _, id := range compensated {
+		var state string
+		var version int
+		if err := e.pool.QueryRow(e.ctx, `SELECT str_state, int_version FROM frame WHERE pk_frame = $1`, id).Scan(&state, &version); err != nil {
+			t.Fatal(err)
+		}
+		if state != "SUCCEEDED" || version < 4 {
+			t.Errorf("compensated frame %s ended %s at version %d, want SUCCEEDED after a second dispatch (version >= 4)", id, state, version)
+		}
 	}
-	t.Logf("%d launches failed on unreachable hosts and were compensated", failed)
+	t.Logf("%d launches failed on unreachable hosts; %d frames seen compensated, all dispatched again", failed, len(compensated))
 }

@@ -161,7 +161,7 @@ func (e *env) startSidecar() {
 			time.Sleep(100 * time.Millisecond)
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testenv.Patience(20 * time.Second))
 	for !sc.Status().Active {
 		if time.Now().After(deadline) {
 			e.t.Fatalf("sidecar not active: %+v", sc.Status())
@@ -372,7 +372,7 @@ func (s *sampler) finish(t testing.TB) {
 // and every proc is gone.
 func (e *env) waitDrained(timeout time.Duration) {
 	e.t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(testenv.Patience(timeout))
 	for {
 		left := e.count(`SELECT count(*) FROM frame f JOIN job j ON j.pk_job = f.pk_job JOIN show s ON s.pk_show = j.pk_show
 			WHERE s.b_scheduler_managed AND f.str_state <> 'SUCCEEDED'`)
@@ -465,7 +465,7 @@ func (e *env) checkEnd(allowFailedLaunches bool) {
 // asynchronously) and no booking record is left for a proc that is gone.
 func (e *env) waitRedisMatchesProcs(timeout time.Duration) {
 	e.t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(testenv.Patience(timeout))
 	var diff []string
 	for {
 		diff = e.redisDiff()

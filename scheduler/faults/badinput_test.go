@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/cuesched/cuesched/scheduler/farmtest"
+
+	"github.com/cuesched/cuesched/shared/testenv"
 )
 
 // TestBadConfigNamesKeyAndFile: `cuesched scheduler --config bad.yaml` and
@@ -207,7 +209,7 @@ func (e *env) waitJobsDone(jobs []farmtest.Job, timeout time.Duration) {
 	for i, j := range jobs {
 		ids[i] = j.ID
 	}
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(testenv.Patience(timeout))
 	for {
 		var left, procs int
 		err := e.pool.QueryRow(e.ctx, `SELECT (SELECT count(*) FROM frame WHERE pk_job = ANY($1) AND str_state <> 'SUCCEEDED'),

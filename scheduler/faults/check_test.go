@@ -11,6 +11,8 @@ import (
 
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/accounting"
+
+	"github.com/cuesched/cuesched/shared/testenv"
 )
 
 // inFlightGrace is the accounting recompute's default in-flight grace
@@ -146,7 +148,7 @@ func (e *env) checkAccounting() {
 	e.mu.Lock()
 	kills := append([]time.Time(nil), e.disruptions...)
 	e.mu.Unlock()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testenv.Patience(30 * time.Second))
 	launched := map[string]bool{}
 	for _, l := range e.fake.Launches() {
 		if l.RunFrame != nil {
@@ -383,7 +385,7 @@ func (e *env) checkRecovered() {
 			t.Errorf("%s is not running at the end", d.name)
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testenv.Patience(20 * time.Second))
 	var walNow string
 	if err := e.pool.QueryRow(e.ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&walNow); err != nil {
 		t.Fatal(err)

@@ -485,7 +485,7 @@ func (e *env) cut(d *daemon, pg, rd bool) {
 // waitSlotActive waits until some sidecar streams the slot.
 func (e *env) waitSlotActive(timeout time.Duration) string {
 	e.t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(testenv.Patience(timeout))
 	for {
 		if h := e.slotHolder(); h != "" {
 			return h
@@ -554,7 +554,7 @@ func (e *env) progress() (done, procs int, err error) {
 // so a fault lands while frames flow.
 func (e *env) waitProgress(frac float64, timeout time.Duration) {
 	e.t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(testenv.Patience(timeout))
 	for {
 		done, _, err := e.progress()
 		if err == nil && float64(done) >= frac*float64(e.managed.Load()) {
@@ -576,7 +576,7 @@ func (e *env) drained() bool {
 // waitDrained waits for the queue to drain.
 func (e *env) waitDrained(timeout time.Duration) {
 	e.t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(testenv.Patience(timeout))
 	for !e.drained() {
 		if time.Now().After(deadline) {
 			var states []string

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/cuesched/cuesched/shared/testenv"
 )
 
 // rounds is how many times the full suite repeats a scenario (each with a
@@ -242,7 +244,7 @@ func TestFaultFreeze(t *testing.T) {
 
 		// The leader.
 		leadName := ""
-		deadline := time.Now().Add(20 * time.Second)
+		deadline := time.Now().Add(testenv.Patience(20 * time.Second))
 		for leadName == "" || e.daemonNamed(leadName) == nil {
 			if time.Now().After(deadline) {
 				t.Fatal("no accounting leader")
@@ -277,7 +279,7 @@ func TestFaultFreeze(t *testing.T) {
 		sc.freeze()
 		frozeAt := time.Now()
 		e.note("SIGSTOP %s (slot holder)", sc.name)
-		deadline = time.Now().Add(30 * time.Second)
+		deadline = time.Now().Add(testenv.Patience(30 * time.Second))
 		for {
 			if h := e.slotHolder(); h != "" && h != sc.name {
 				e.note("%s took the slot over %s after the freeze", h, time.Since(frozeAt).Round(time.Millisecond))
@@ -312,7 +314,7 @@ func TestFaultFrozenLeaderRedisRestart(t *testing.T) {
 	e.run()
 	e.waitProgress(0.1, 60*time.Second)
 	var lead *daemon
-	for deadline := time.Now().Add(20 * time.Second); lead == nil; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(testenv.Patience(20 * time.Second)); lead == nil; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("no accounting leader")
 		}

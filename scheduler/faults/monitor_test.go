@@ -16,6 +16,8 @@ import (
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/testdouble/cuebotemu"
 	"github.com/cuesched/cuesched/scheduler/testdouble/fakerqd"
+
+	"github.com/cuesched/cuesched/shared/testenv"
 )
 
 // completer hands every frame the fake RQD finishes to the Cuebot emulator
@@ -51,7 +53,7 @@ func (c *completer) onComplete(fc fakerqd.FrameCompletion) {
 		c.mu.Unlock()
 	}()
 	backoff := 50 * time.Millisecond
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(testenv.Patience(2 * time.Minute))
 	for {
 		ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
 		err := c.emu.Complete(ctx, cuebotemu.FromFakeRQD(fc))

@@ -219,7 +219,7 @@ func TestRunWaitsForTheGate(t *testing.T) {
 		t.Fatalf("booked %d frames with the gate closed (waits %d)", n, gate.waits.Load())
 	}
 	gate.open.Store(true)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testenv.Patience(10 * time.Second))
 	for count() != 5 {
 		if time.Now().After(deadline) {
 			t.Fatalf("only %d of 5 frames booked after the gate opened", count())
@@ -269,7 +269,7 @@ func TestSchedulerWithAccountingLaunches(t *testing.T) {
 		cancel()
 		<-done
 	}()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testenv.Patience(15 * time.Second))
 	for len(fake.Running("ha")) != 3 {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d frames running on RQD, want 3", len(fake.Running("ha")))

@@ -9,15 +9,18 @@ import (
 	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/pipeline"
 	"github.com/cuesched/cuesched/shared/config"
+
+	"github.com/cuesched/cuesched/shared/testenv"
 )
 
 // Freed capacity wakes exactly the clusters and layers waiting for it.
 // Two allocation clusters of one show, each with one 1-core host and a
 // layer of 1-core frames: both hosts fill up, both layers miss and back off
-// for a minute, both clusters sleep a minute. When the proc on the first
+// for an hour, both clusters sleep an hour. When the proc on the first
 // host is released in SQL (as Cuebot's unbook does it), the host cache
-// learns it from the WAL and the first layer is booked again within
-// milliseconds; the second cluster and its layer are not woken.
+// learns it from the WAL and the first layer is booked again: only the
+// wake-up can do that before the hour is out, whatever the machine's speed.
+// The second cluster and its layer are not woken.
 func TestFreedCapacityWakesOnlyItsCluster(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -51,8 +54,8 @@ func TestFreedCapacityWakesOnlyItsCluster(t *testing.T) {
 	layerA, layerB := jobA.Layers[0].ID, jobB.Layers[0].ID
 
 	cfg := testConfig(w)
-	cfg.Queue.ClusterSaturatedSleep = config.Duration(time.Minute)
-	cfg.Queue.LayerBackoffMin = config.Duration(time.Minute)
+	cfg.Queue.ClusterSaturatedSleep = config.Duration(time.Hour)
+	cfg.Queue.LayerBackoffMin = config.Duration(time.Hour)
 	cfg.Queue.LayerBackoffMax = config.Duration(time.Hour)
 	cfg.Queue.ActiveScanInterval = config.Duration(50 * time.Millisecond)
 	s := w.scheduler(t, cfg, pipeline.Deps{NoAccounting: true}, true)
@@ -84,7 +87,7 @@ func TestFreedCapacityWakesOnlyItsCluster(t *testing.T) {
 		return false
 	}
 	// Both hosts full, both layers backed off in their clusters.
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testenv.Patience(20 * time.Second))
 	for {
 		_, na := procOf(layerA)
 		_, nb := procOf(layerB)
@@ -133,16 +136,13 @@ func TestFreedCapacityWakesOnlyItsCluster(t *testing.T) {
 		if id, n := procOf(layerA); n == 1 && id != procA {
 			break
 		}
-		if time.Since(start) > 20*time.Second {
-			t.Fatal("the freed host was not rebooked within 20 s (the backoff and the sleep are a minute)")
+		if time.Since(start) > testenv.Patience(20*time.Second) {
+			t.Fatal("the freed host was not rebooked (the backoff and the sleep are an hour: only the wake-up can)")
 		}
 		time.Sleep(time.Millisecond)
 	}
 	latency := time.Since(start)
 	t.Logf("host a rebooked %s after its proc was released", latency.Round(time.Millisecond))
-	if latency > 10*time.Second {
-		t.Fatalf("rebooked after %s: that is the timers, not the wake-up", latency)
-	}
 	var onA string
 	if err := w.pool.QueryRow(ctx, `SELECT pk_host FROM proc WHERE pk_layer = $1`, layerA).Scan(&onA); err != nil || onA != hostA {
 		t.Fatalf("new proc on %s (%v), want host a", onA, err)

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cuesched/cuesched/shared/testenv"
 )
 
 func TestJSONAndLevel(t *testing.T) {
@@ -53,7 +55,7 @@ func TestSIGUSR1TogglesDebugForSubLoggers(t *testing.T) {
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(testenv.Patience(2 * time.Second))
 	for !sub.IsDebug() && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -61,7 +63,7 @@ func TestSIGUSR1TogglesDebugForSubLoggers(t *testing.T) {
 		t.Fatal("SIGUSR1 did not turn debug on for a sub-logger")
 	}
 	_ = syscall.Kill(syscall.Getpid(), syscall.SIGUSR1)
-	deadline = time.Now().Add(2 * time.Second)
+	deadline = time.Now().Add(testenv.Patience(2 * time.Second))
 	for sub.IsDebug() && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -151,7 +151,7 @@ func (r *recorder) Resume(ctx context.Context, info SlotInfo) error {
 // waitFor polls cond (under the recorder's lock) until it holds.
 func (r *recorder) waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.After(d)
+	deadline := time.After(testenv.Patience(d))
 	for {
 		r.mu.Lock()
 		ok := cond()
@@ -268,7 +268,7 @@ func slotRow(t *testing.T, pool *pgxpool.Pool, slot string) (confirmed LSN, acti
 
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	deadline := time.Now().Add(testenv.Patience(d))
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for %s", d, what)

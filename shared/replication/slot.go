@@ -129,7 +129,7 @@ func CreatePermanentSlot(ctx context.Context, connString, name string) (created 
 	if !ValidSlotName(name) {
 		return false, 0, fmt.Errorf("%w: bad slot name %q", errConfig, name)
 	}
-	cfg, err := replicationConfig(connString)
+	cfg, err := replicationConfig(connString, "")
 	if err != nil {
 		return false, 0, err
 	}
@@ -184,7 +184,9 @@ func classifyPG(err error) error {
 
 // replicationConfig parses connString and turns it into a logical
 // replication connection with the session settings the text decoder needs.
-func replicationConfig(connString string) (*pgconn.Config, error) {
+// appName names the walsender session when connString names none (default
+// cuesched-replication).
+func replicationConfig(connString, appName string) (*pgconn.Config, error) {
 	cfg, err := pgconn.ParseConfig(connString)
 	if err != nil {
 		return nil, fmt.Errorf("%w: connection string: %w", errConfig, err)
@@ -198,8 +200,11 @@ func replicationConfig(connString string) (*pgconn.Config, error) {
 	cfg.RuntimeParams["IntervalStyle"] = "postgres"
 	cfg.RuntimeParams["bytea_output"] = "hex"
 	cfg.RuntimeParams["extra_float_digits"] = "3"
+	if appName == "" {
+		appName = "cuesched-replication"
+	}
 	if cfg.RuntimeParams["application_name"] == "" {
-		cfg.RuntimeParams["application_name"] = "cuesched-replication"
+		cfg.RuntimeParams["application_name"] = appName
 	}
 	return cfg, nil
 }

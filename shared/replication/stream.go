@@ -43,6 +43,10 @@ type Config struct {
 	// ConnString is an ordinary libpq URL or DSN; the stream adds
 	// replication=database and the session settings its decoder needs.
 	ConnString string
+	// ApplicationName names the walsender session (pg_stat_activity and
+	// pg_stat_replication) when ConnString sets no application_name;
+	// default cuesched-replication.
+	ApplicationName string
 	// Slot is the slot name (lower-case letters, digits, underscores).
 	// Temporary slot names must be unique per live session on the cluster.
 	Slot string
@@ -177,7 +181,7 @@ func New(cfg Config, consumer Consumer) (*Stream, error) {
 		}
 		quoted[i] = `"` + p + `"`
 	}
-	connCfg, err := replicationConfig(cfg.ConnString)
+	connCfg, err := replicationConfig(cfg.ConnString, cfg.ApplicationName)
 	if err != nil {
 		return nil, err
 	}

@@ -515,7 +515,7 @@ func TestBusySlotHotStandbyTakesOver(t *testing.T) {
 	eventually(t, 10*time.Second, "B to see the slot busy", func() bool { return errors.Is(b.s.Status().LastError, ErrSlotBusy) })
 
 	// The server's own answer to a second START_REPLICATION is 55006.
-	rc, err := replicationConfig(url)
+	rc, err := replicationConfig(url, "")
 	if err != nil {
 		t.Fatal(err)
 	}

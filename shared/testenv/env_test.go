@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
@@ -180,5 +181,23 @@ func TestProxyCutAndRestore(t *testing.T) {
 	px.Restore()
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatalf("after restore: %v", err)
+	}
+}
+
+func TestPatience(t *testing.T) {
+	t.Setenv("CUESCHED_TEST_PATIENCE", "")
+	if got := Patience(time.Second); got != MinPatience {
+		t.Errorf("Patience(1s) = %v, want the floor %v", got, MinPatience)
+	}
+	if got := Patience(time.Minute); got != 4*time.Minute {
+		t.Errorf("Patience(1m) = %v, want 4m", got)
+	}
+	t.Setenv("CUESCHED_TEST_PATIENCE", "10")
+	if got := Patience(time.Minute); got != 10*time.Minute {
+		t.Errorf("with CUESCHED_TEST_PATIENCE=10, Patience(1m) = %v, want 10m", got)
+	}
+	t.Setenv("CUESCHED_TEST_PATIENCE", "0.5")
+	if got := Patience(time.Minute); got != 4*time.Minute {
+		t.Errorf("a factor below 1 must be ignored: Patience(1m) = %v", got)
 	}
 }

@@ -115,7 +115,7 @@ func TestAdapterAgainstPostgres(t *testing.T) {
 	if !miss.Watch.Moved() {
 		t.Fatal("h0 came back with room for the request that missed, but its watch did not move")
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testenv.Patience(10 * time.Second))
 	for {
 		got, indexed, _ := c.Lookup("h0", show)
 		if indexed && got.IdleCores == 500 && got.IdleMemKB == 14*gib && c.Stats().Assumed == 0 {

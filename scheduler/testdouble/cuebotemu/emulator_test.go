@@ -502,7 +502,7 @@ func TestFakeRQDCallbackCompletesFrames(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testenv.Patience(20 * time.Second))
 	for e.int(t, `SELECT count(*) FROM frame WHERE pk_job = $1 AND str_state = 'SUCCEEDED'`, f.job) != 5 ||
 		e.int(t, `SELECT count(*) FROM proc`) != 0 || e.str(t, `SELECT str_state FROM job WHERE pk_job = $1`, f.job) != "FINISHED" {
 		select {

@@ -18,6 +18,8 @@ import (
 	"github.com/cuesched/cuesched/proto/hostpb"
 	"github.com/cuesched/cuesched/proto/rqdpb"
 	"github.com/cuesched/cuesched/scheduler/testdouble/fakerqd"
+
+	"github.com/cuesched/cuesched/shared/testenv"
 )
 
 // harness is a fake with a real gRPC client connected over loopback.
@@ -536,7 +538,7 @@ func TestConcurrentLaunchesAndKills(t *testing.T) {
 		t.Error(err)
 	}
 
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testenv.Patience(10 * time.Second))
 	for {
 		mu.Lock()
 		n := len(completed)
