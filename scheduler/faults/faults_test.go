@@ -287,7 +287,7 @@ func TestFaultFreeze(t *testing.T) {
 			}
 			if time.Now().After(deadline) {
 				sc.thaw()
-				t.Fatalf("the standby did not take the slot over within 30 s of freezing %s", sc.name)
+				t.Fatalf("the standby did not take the slot over after freezing %s", sc.name)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -320,10 +320,13 @@ func TestFaultFrozenLeaderRedisRestart(t *testing.T) {
 		}
 		lead = e.daemonNamed(e.leader())
 	}
-	// Longer than the 10 s allowed for the takeover, so a re-bootstrap by
-	// the thawed leader itself cannot pass.
-	freeze := pick(12*time.Second, 25*time.Second)
-	e.reaper.pause(freeze + e.o.OrphanAfter + 2*time.Second)
+	// The leader stays frozen until someone else has re-bootstrapped (or
+	// a generous deadline passes): a re-bootstrap seen while it is frozen
+	// cannot be its own, whatever the machine's speed. In the full suite it
+	// also stays frozen at least 25 s, well past the takeover.
+	minFreeze := pick(time.Duration(0), 25*time.Second)
+	maxFreeze := testenv.Patience(10 * time.Second)
+	e.reaper.pause(maxFreeze + minFreeze + e.o.OrphanAfter + 2*time.Second)
 	lead.freeze()
 	e.note("SIGSTOP %s (accounting leader)", lead.name)
 	if err := e.rd.Restart(e.ctx); err != nil {
@@ -332,17 +335,21 @@ func TestFaultFrozenLeaderRedisRestart(t *testing.T) {
 	restarted := time.Now()
 	e.note("Redis restarted empty")
 	var resumed time.Duration
-	for time.Since(restarted) < freeze {
+	for time.Since(restarted) < maxFreeze {
 		if ep, err := e.pub.Epoch(e.ctx); err == nil && ep != "" {
 			resumed = time.Since(restarted)
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	if d := minFreeze - time.Since(restarted); d > 0 {
+		time.Sleep(d)
+	}
+	frozeFor := time.Since(restarted)
 	lead.thaw()
-	e.note("SIGCONT %s; re-bootstrapped %v after the restart (0 = not while it was frozen)", lead.name, resumed)
-	if resumed == 0 || resumed > 10*time.Second {
-		t.Errorf("booking stayed paused for the %s the leader was frozen (re-bootstrap after %v): nobody took the loops over", freeze, resumed)
+	e.note("SIGCONT %s after %v; re-bootstrapped %v after the restart (0 = not while it was frozen)", lead.name, frozeFor.Round(time.Millisecond), resumed)
+	if resumed == 0 {
+		t.Errorf("booking stayed paused for the %v the leader was frozen: nobody took the loops over", frozeFor.Round(time.Millisecond))
 	}
 	e.finish(pick(90*time.Second, 2*time.Minute))
 }
