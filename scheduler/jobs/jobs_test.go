@@ -2,8 +2,10 @@ package jobs_test
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -443,5 +445,75 @@ func TestOlderSchemaWithoutStartAfter(t *testing.T) {
 	}
 	if got := (jobs.Schema{StartAfter: true}).Adapt("x COALESCE(fr.ts_eligible, fr.ts_updated, now()) y"); got != "x COALESCE(fr.ts_updated, now()) y" {
 		t.Fatalf("Adapt without ts_eligible = %q", got)
+	}
+}
+
+// The lottery makes priority a rate: over many draws each job comes first
+// in proportion to its effective priority, the lowest one included, and the
+// same draw always gives the same order. The draws are fixed names, so the
+// counts are the same on every run and machine.
+func TestPendingLottery(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	prio := map[string]int{"p100": 100, "p50": 50, "p10": 10, "p1": 1}
+	for _, n := range []string{"p100", "p50", "p10", "p1"} {
+		w.job(t, farmtest.JobSpec{Name: n, Priority: prio[n]})
+	}
+	draw := func(name string, limit int) []string {
+		t.Helper()
+		js, err := jobs.Pending(context.Background(), w.pool, jobs.PendingQuery{
+			ShowID: w.show.ID, FacilityID: w.facility, Tags: []string{"general"}, Limit: limit,
+			Lottery: true, Draw: name,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, j := range js {
+			names = append(names, j.Name)
+		}
+		return names
+	}
+	const draws = 800
+	first := map[string]int{}
+	for i := 0; i < draws; i++ {
+		got := draw(strconv.Itoa(i), 4)
+		if len(got) != 4 {
+			t.Fatalf("draw %d returned %v, want all 4 jobs", i, got)
+		}
+		first[got[0]]++
+	}
+	total := 0
+	for _, p := range prio {
+		total += p
+	}
+	for n, p := range prio {
+		want := float64(p) / float64(total)
+		got := float64(first[n]) / draws
+		if math.Abs(got-want) > 0.05 {
+			t.Errorf("%s drawn first %.3f of the time, want %.3f (weight share)", n, got, want)
+		}
+		if first[n] == 0 {
+			t.Errorf("%s was never drawn first in %d draws: a job must keep a chance", n, draws)
+		}
+	}
+	t.Logf("first places over %d draws: %v", draws, first)
+	// LIMIT samples without replacement: the lowest job still makes a
+	// pass of two sometimes.
+	inTwo := 0
+	for i := 0; i < draws; i++ {
+		if slices.Contains(draw("two-"+strconv.Itoa(i), 2), "p1") {
+			inTwo++
+		}
+	}
+	if inTwo == 0 {
+		t.Error("the priority-1 job never made a pass limited to two jobs")
+	}
+	// The same draw is the same order; strict order ignores draws.
+	if a, b := draw("same", 4), draw("same", 4); !slices.Equal(a, b) {
+		t.Errorf("draw %q gave %v then %v", "same", a, b)
+	}
+	if got := w.pending(t, 0); !slices.Equal(got, []string{"p100", "p50", "p10", "p1"}) {
+		t.Errorf("strict order = %v", got)
 	}
 }

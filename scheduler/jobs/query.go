@@ -27,6 +27,11 @@ type PendingQuery struct {
 	CoreUnit int
 	// AgeRelief: one priority point per this much job age; 0 disables.
 	AgeRelief time.Duration
+	// Lottery draws the jobs weighted by effective priority (floored at
+	// 1) instead of taking them in priority order; Draw names the draw
+	// (the same Draw over the same jobs gives the same order).
+	Lottery bool
+	Draw    string
 	// Schema adapts the query to the database (nil: CurrentSchema).
 	Schema *Schema
 }
@@ -62,12 +67,12 @@ WITH live AS (
     SELECT pk_alloc, SUM(cores) AS cores FROM live WHERE nonlocal GROUP BY pk_alloc
 )
 SELECT j.pk_job, j.str_name, sh.str_name, j.pk_facility, j.pk_folder, j.pk_dept,
-       jr.int_priority, j.ts_started,
-       jr.int_priority + CASE WHEN $6::float8 > 0
-           THEN floor(extract(epoch FROM (now() - j.ts_started)) / $6::float8) ELSE 0 END AS effective
+       jr.int_priority, j.ts_started, e.effective
 FROM job j
 JOIN show sh            ON sh.pk_show = j.pk_show
 JOIN job_resource jr    ON jr.pk_job = j.pk_job
+CROSS JOIN LATERAL (SELECT jr.int_priority + CASE WHEN $6::float8 > 0
+           THEN floor(extract(epoch FROM (now() - j.ts_started)) / $6::float8) ELSE 0 END AS effective) e
 JOIN folder_resource fr ON fr.pk_folder = j.pk_folder
 LEFT JOIN job_live jl    ON jl.pk_job = j.pk_job
 LEFT JOIN folder_live fl ON fl.pk_folder = j.pk_folder
@@ -89,10 +94,18 @@ WHERE j.pk_show = $1 AND j.pk_facility = $2
         AND COALESCE(jl.cores, 0) + GREATEST(l.int_cores_min, 0) <= jr.int_max_cores
         AND (l.int_gpus_min <= 0 OR fr.int_max_gpus = -1 OR COALESCE(fl.gpus, 0) + l.int_gpus_min <= fr.int_max_gpus)
         AND (l.int_gpus_min <= 0 OR COALESCE(jl.gpus, 0) + l.int_gpus_min <= jr.int_max_gpus))
-ORDER BY effective DESC, j.ts_started, j.pk_job
+ORDER BY
+    -- The lottery (Efraimidis-Spirakis, as exponential keys): each job
+    -- draws u in (0,1) from a hash of its id and the pass's draw, and the
+    -- smallest -ln(u)/weight win. A job is drawn first with probability
+    -- weight / total weight, and LIMIT samples without replacement.
+    CASE WHEN $7::bool THEN -ln((hashtext(j.pk_job || $8::text)::float8 + 2147483649.0) / 4294967297.0)
+                            / GREATEST(e.effective, 1)::float8 END,
+    e.effective DESC, j.ts_started, j.pk_job
 LIMIT $4`
 
-// Pending returns the cluster's bookable jobs, best first.
+// Pending returns the cluster's bookable jobs, best first: in effective
+// priority order, or, with Lottery, in the order of a priority-weighted draw.
 func Pending(ctx context.Context, db DB, q PendingQuery) ([]Job, error) {
 	if q.Limit <= 0 {
 		q.Limit = 20
@@ -101,7 +114,7 @@ func Pending(ctx context.Context, db DB, q PendingQuery) ([]Job, error) {
 		q.CoreUnit = 100
 	}
 	rows, err := db.Query(ctx, q.Schema.adapt(pendingSQL), q.ShowID, q.FacilityID, normTags(q.Tags), q.Limit, q.CoreUnit,
-		q.AgeRelief.Seconds())
+		q.AgeRelief.Seconds(), q.Lottery, q.Draw)
 	if err != nil {
 		return nil, fmt.Errorf("pending jobs of show %s: %w", q.ShowID, err)
 	}

@@ -45,6 +45,8 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"math/rand"
+	"strconv"
 	"sync"
 	"time"
 
@@ -88,6 +90,11 @@ type Config struct {
 	AgeRelief      time.Duration
 	EmptySleep     time.Duration // 30 s
 	SaturatedSleep time.Duration // 5 s
+	// Lottery draws each pass's jobs weighted by effective priority
+	// (queue.job_order: lottery) instead of strict priority order.
+	Lottery bool
+	// LotterySeed seeds the draws; 0 picks a random seed.
+	LotterySeed int64
 	// Schema adapts the job query to the database (nil: current).
 	Schema *jobs.Schema
 }
@@ -113,6 +120,9 @@ type Pipeline struct {
 	capacity Capacity
 	log      hclog.Logger
 	m        *metrics
+
+	drawMu sync.Mutex
+	draws  *rand.Rand
 }
 
 // New returns a pipeline over feed and worker.
@@ -139,7 +149,19 @@ func New(db jobs.DB, feed *clusters.Feed, worker Worker, cfg Config, o Options) 
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &Pipeline{db: db, feed: feed, worker: worker, cfg: cfg, gate: o.Gate, capacity: o.Capacity, log: log.Named("pipeline"), m: newMetrics(o.Registerer)}
+	seed := cfg.LotterySeed
+	if seed == 0 {
+		seed = time.Now().UnixNano()
+	}
+	return &Pipeline{db: db, feed: feed, worker: worker, cfg: cfg, gate: o.Gate, capacity: o.Capacity, log: log.Named("pipeline"), m: newMetrics(o.Registerer),
+		draws: rand.New(rand.NewSource(seed))}
+}
+
+// draw names the next lottery draw.
+func (p *Pipeline) draw() string {
+	p.drawMu.Lock()
+	defer p.drawMu.Unlock()
+	return strconv.FormatUint(p.draws.Uint64(), 36)
 }
 
 // Run runs the feed's refresh loop and the workers until ctx ends. It
@@ -242,6 +264,9 @@ func (p *Pipeline) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	pq := jobs.PendingQuery{
 		ShowID: c.ShowID, FacilityID: c.FacilityID, Tags: c.TagNames(), Limit: p.cfg.MaxJobsPerPass,
 		CoreUnit: p.cfg.CoreUnit, AgeRelief: p.cfg.AgeRelief, Schema: p.cfg.Schema,
+	}
+	if p.cfg.Lottery {
+		pq.Lottery, pq.Draw = true, p.draw()
 	}
 	js, err := jobs.Pending(ctx, p.db, pq)
 	p.m.jobQuery.Observe(time.Since(start).Seconds())

@@ -244,6 +244,7 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 	s.Pipeline = New(s.pool, s.Feed, s.Matcher, Config{
 		ClusterBuffer: q.Stream.ClusterBufferSize, JobBuffer: q.Stream.JobBufferSize, MaxJobsPerPass: q.MaxJobsPerClusterPass,
 		CoreUnit: int(unit), AgeRelief: q.PriorityAgeRelief.D(),
+		Lottery: q.JobOrder != config.JobOrderStrict, LotterySeed: q.LotterySeed,
 		EmptySleep: q.ClusterEmptySleep.D(), SaturatedSleep: q.ClusterSaturatedSleep.D(), Schema: &schema,
 	}, Options{Logger: log, Registerer: d.Registerer, Gate: allGates(gates), Capacity: capacity})
 

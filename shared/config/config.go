@@ -72,6 +72,12 @@ type Stream struct {
 	JobBufferSize     int `yaml:"job_buffer_size"`
 }
 
+// Job orders of a cluster pass (queue.job_order).
+const (
+	JobOrderLottery = "lottery"
+	JobOrderStrict  = "strict"
+)
+
 // Queue is the dispatch pipeline.
 type Queue struct {
 	DispatchFramesPerLayerLimit   int             `yaml:"dispatch_frames_per_layer_limit"`
@@ -95,6 +101,14 @@ type Queue struct {
 	// point per this much waiting time, so old low-priority work is not
 	// starved. Zero disables it.
 	PriorityAgeRelief Duration `yaml:"priority_age_relief"`
+	// JobOrder is how a cluster pass picks its jobs: "lottery" (default)
+	// draws them weighted by effective priority, so priority is a rate of
+	// bookings and every job keeps a chance; "strict" takes them in
+	// effective-priority order (round 1, Cuebot-like).
+	JobOrder string `yaml:"job_order"`
+	// LotterySeed seeds the draws (0: a random seed per process). A fixed
+	// seed makes one instance's sequence of draws reproducible.
+	LotterySeed int64 `yaml:"lottery_seed"`
 	// LayerBackoffMin/Max bound the schedule-after backoff of a layer that
 	// found no host (doubling between the two).
 	LayerBackoffMin Duration `yaml:"layer_backoff_min"`
@@ -200,6 +214,7 @@ func Default() Config {
 			FrameMemorySoftLimit:          1.6,
 			FrameMemoryHardLimit:          2.0,
 			PriorityAgeRelief:             Duration(10 * time.Minute),
+			JobOrder:                      JobOrderLottery,
 			LayerBackoffMin:               Duration(time.Second),
 			LayerBackoffMax:               Duration(30 * time.Second),
 			HostQuarantine:                Duration(30 * time.Second),

@@ -292,6 +292,11 @@ func (c Config) Validate() error {
 	if c.Queue.LayerBackoffMax < c.Queue.LayerBackoffMin {
 		return bad("queue.layer_backoff_max", "must not be less than layer_backoff_min")
 	}
+	switch c.Queue.JobOrder {
+	case JobOrderLottery, JobOrderStrict:
+	default:
+		return bad("queue.job_order", fmt.Sprintf("must be %q or %q, not %q", JobOrderLottery, JobOrderStrict, c.Queue.JobOrder))
+	}
 	if c.RQD.GRPCPort < 1 || c.RQD.GRPCPort > 65535 {
 		return bad("rqd.grpc_port", "must be a TCP port (1-65535)")
 	}
