@@ -16,6 +16,7 @@ import (
 	"github.com/cuesched/cuesched/scheduler/accounting"
 	"github.com/cuesched/cuesched/scheduler/clusters"
 	"github.com/cuesched/cuesched/scheduler/dispatch"
+	"github.com/cuesched/cuesched/scheduler/explain"
 	"github.com/cuesched/cuesched/scheduler/hostcache"
 	"github.com/cuesched/cuesched/scheduler/hostcache/matcherhosts"
 	"github.com/cuesched/cuesched/scheduler/jobs"
@@ -239,6 +240,18 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 		if d.Health != nil {
 			d.Health.SetCheck("accounting", s.Accounting.ReadyErr)
 		}
+	}
+
+	if iv := q.WaitingStatsInterval.D(); iv > 0 {
+		var leader func() bool
+		if s.Accounting != nil {
+			leader = s.Accounting.IsLeader
+		}
+		g, err := explain.NewGauge(s.pool, iv, leader, log, d.Registerer)
+		if err != nil {
+			return nil, err
+		}
+		s.loops = append(s.loops, g.Run)
 	}
 
 	s.Pipeline = New(s.pool, s.Feed, s.Matcher, Config{

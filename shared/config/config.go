@@ -109,6 +109,9 @@ type Queue struct {
 	// LotterySeed seeds the draws (0: a random seed per process). A fixed
 	// seed makes one instance's sequence of draws reproducible.
 	LotterySeed int64 `yaml:"lottery_seed"`
+	// WaitingStatsInterval is how often the loop leader counts waiting
+	// frames by reason for cuesched_waiting_frames (0 disables it).
+	WaitingStatsInterval Duration `yaml:"waiting_stats_interval"`
 	// LayerBackoffMin/Max bound the schedule-after backoff of a layer that
 	// found no host (doubling between the two).
 	LayerBackoffMin Duration `yaml:"layer_backoff_min"`
@@ -215,6 +218,7 @@ func Default() Config {
 			FrameMemoryHardLimit:          2.0,
 			PriorityAgeRelief:             Duration(10 * time.Minute),
 			JobOrder:                      JobOrderLottery,
+			WaitingStatsInterval:          Duration(30 * time.Second),
 			LayerBackoffMin:               Duration(time.Second),
 			LayerBackoffMax:               Duration(30 * time.Second),
 			HostQuarantine:                Duration(30 * time.Second),

@@ -1,0 +1,257 @@
+// Package explain answers "why is my frame waiting?" for the frames of
+// scheduler-managed shows: every waiting frame gets exactly one reason, the
+// first gate that holds it, in the order the scheduler meets them.
+//
+// It reads Postgres only (the caps and live proc sums the pending-job query
+// reads, the hosts the host cache mirrors), in one query per call, off the
+// dispatch path: the scheduler runs it on a slow timer for the
+// cuesched_waiting_frames gauge, and `cuesched explain` runs it for one job.
+package explain
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Reason is why a waiting frame is not running.
+type Reason string
+
+// The reasons, in the order they are checked.
+const (
+	// Held: the job is paused.
+	Held Reason = "held"
+	// Depend: the frame waits on a dependency (state DEPEND).
+	Depend Reason = "depend"
+	// NoHost: no up, open host of the job's facility is on an allocation
+	// the show subscribes to and carries one of the layer's tags.
+	NoHost Reason = "no host"
+	// NoFit: such hosts exist, but none is big enough for one frame even
+	// when idle (cores, memory, GPUs, GPU memory, OS).
+	NoFit Reason = "no fit"
+	// Burst: every subscription of the show in the facility is at its
+	// burst.
+	Burst Reason = "burst"
+	// FolderCap and JobCap: the job's folder or the job is at its max
+	// cores.
+	FolderCap Reason = "folder cap"
+	JobCap    Reason = "job cap"
+	// Limit: one of the layer's limits is at its max running frames.
+	Limit Reason = "limit"
+	// Strand: GPU protection keeps CPU work off the cores an idle GPU
+	// needs. Not produced until GPU protection is built.
+	Strand Reason = "strand"
+	// Capacity: a host fits the frame, but none has the room free now.
+	Capacity Reason = "capacity"
+	// Flowing: nothing holds it: a host has room now and the next pass
+	// books it.
+	Flowing Reason = "flowing"
+)
+
+// Reasons lists every reason, in check order.
+func Reasons() []Reason {
+	return []Reason{Held, Depend, NoHost, NoFit, Burst, FolderCap, JobCap, Limit, Strand, Capacity, Flowing}
+}
+
+// Facts are what the classification reads about one layer.
+type Facts struct {
+	Show, Job, Layer string
+	// OS is the job's OS ("" = any).
+	OS     string
+	Paused bool
+	// Waiting, Depend and Running count the layer's frames by state.
+	Waiting, Depend, Running int
+	// CoresMin (centicores), MemMinKB, GPUsMin: one frame's needs.
+	CoresMin, MemMinKB, GPUsMin int64
+	// Hosts that serve the layer; of those, FitTotal fit one frame when
+	// idle and FitIdle fit one now. BestIdle / BestTotal name the roomiest.
+	Hosts, FitTotal, FitIdle int
+	BestIdle, BestTotal      string
+	BurstFull                bool
+	FolderFull, JobFull      bool
+	LimitFull                string // the name of a limit at its max, or ""
+}
+
+// Classify returns the reason of the layer's WAITING frames and a line of
+// detail (DEPEND frames are always Depend).
+func Classify(f Facts) (Reason, string) {
+	switch {
+	case f.Paused:
+		return Held, "the job is paused"
+	case f.Hosts == 0:
+		return NoHost, "no up, open host of the facility is on a subscribed allocation with one of the layer's tags"
+	case f.FitTotal == 0:
+		os := ""
+		if f.OS != "" {
+			os = ", OS " + f.OS
+		}
+		return NoFit, fmt.Sprintf("none of the %d hosts serving the layer fits one frame (%s cores, %s memory, %d GPUs%s) even when idle",
+			f.Hosts, cores(f.CoresMin), mem(f.MemMinKB), f.GPUsMin, os)
+	case f.BurstFull:
+		return Burst, "every subscription of the show in the facility is at its burst"
+	case f.FolderFull:
+		return FolderCap, "the job's folder is at its max cores"
+	case f.JobFull:
+		return JobCap, "the job is at its max cores"
+	case f.LimitFull != "":
+		return Limit, fmt.Sprintf("limit %q is at its max running frames", f.LimitFull)
+	case f.FitIdle == 0:
+		return Capacity, fmt.Sprintf("%d hosts fit a frame, none has the room free now (roomiest when idle: %s)", f.FitTotal, f.BestTotal)
+	}
+	return Flowing, fmt.Sprintf("%d hosts have room now (best: %s)", f.FitIdle, f.BestIdle)
+}
+
+func cores(centi int64) string { return fmt.Sprintf("%.2g", float64(max(centi, 0))/100) }
+
+func mem(kb int64) string {
+	const gib = 1024 * 1024
+	return fmt.Sprintf("%.1fGiB", float64(kb)/gib)
+}
+
+// DB is what the queries need.
+type DB interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// layerFactsSQL: one row per layer with waiting or depend frames of a
+// PENDING job of a scheduler-managed show ($1: a job name or id, or ” for
+// all), with the same caps the pending-job query applies.
+const layerFactsSQL = `
+WITH lay AS (
+    SELECT l.pk_layer, l.str_name AS layer, j.pk_job, j.str_name AS job, j.pk_show, sh.str_name AS show,
+           j.pk_facility, j.pk_folder, j.b_paused, COALESCE(j.str_os, '') AS os,
+           GREATEST(l.int_cores_min, 0) AS cores_min, l.int_mem_min AS mem_min,
+           GREATEST(l.int_gpus_min, 0) AS gpus_min, GREATEST(l.int_gpu_mem_min, 0) AS gpu_mem_min,
+           string_to_array(replace(l.str_tags::text, ' ', ''), '|') AS tags,
+           ls.int_waiting_count AS waiting, ls.int_depend_count AS depend, ls.int_running_count AS running
+    FROM layer l
+    JOIN job j        ON j.pk_job = l.pk_job
+    JOIN show sh      ON sh.pk_show = j.pk_show
+    JOIN layer_stat ls ON ls.pk_layer = l.pk_layer
+    WHERE j.str_state = 'PENDING' AND sh.b_scheduler_managed
+      AND (ls.int_waiting_count > 0 OR ls.int_depend_count > 0)
+      AND ($1::text = '' OR j.str_name = $1 OR j.pk_job = $1)
+      AND ($2::text = '' OR l.str_name = $2 OR l.pk_layer = $2)
+)
+SELECT lay.show, lay.job, lay.layer, lay.os, lay.b_paused, lay.waiting, lay.depend, lay.running,
+       lay.cores_min, lay.mem_min, lay.gpus_min,
+       hc.hosts, hc.fit_total, hc.fit_idle, COALESCE(hc.best_idle, ''), COALESCE(hc.best_total, ''),
+       NOT EXISTS (
+           SELECT 1 FROM subscription s JOIN alloc a ON a.pk_alloc = s.pk_alloc
+           WHERE s.pk_show = lay.pk_show AND a.pk_facility = lay.pk_facility AND s.int_burst > 0
+             AND s.int_burst - COALESCE((SELECT SUM(p.int_cores_reserved) FROM proc p JOIN host h ON h.pk_host = p.pk_host
+                                         WHERE p.pk_show = lay.pk_show AND h.pk_alloc = s.pk_alloc AND NOT p.b_local), 0)
+                 >= GREATEST(lay.cores_min, 100)) AS burst_full,
+       (fr.int_max_cores <> -1 AND COALESCE((SELECT SUM(p.int_cores_reserved) FROM proc p JOIN job j2 ON j2.pk_job = p.pk_job
+                                              WHERE j2.pk_folder = lay.pk_folder AND j2.str_state <> 'FINISHED'), 0)
+                                   + lay.cores_min >= fr.int_max_cores) AS folder_full,
+       (COALESCE((SELECT SUM(p.int_cores_reserved) FROM proc p WHERE p.pk_job = lay.pk_job), 0)
+            + GREATEST(lay.cores_min, 100) > jr.int_max_cores) AS job_full,
+       COALESCE((SELECT lr.str_name FROM layer_limit ll JOIN limit_record lr ON lr.pk_limit_record = ll.pk_limit_record
+                 WHERE ll.pk_layer = lay.pk_layer AND lr.int_max_value IS NOT NULL AND lr.int_max_value >= 0
+                   AND (SELECT count(*) FROM proc p JOIN layer_limit ll2 ON ll2.pk_layer = p.pk_layer
+                        WHERE ll2.pk_limit_record = lr.pk_limit_record) >= lr.int_max_value
+                 ORDER BY lr.str_name LIMIT 1), '') AS limit_full
+FROM lay
+JOIN job_resource jr    ON jr.pk_job = lay.pk_job
+JOIN folder_resource fr ON fr.pk_folder = lay.pk_folder
+CROSS JOIN LATERAL (
+    SELECT count(*) AS hosts,
+           count(*) FILTER (WHERE c.fits) AS fit_total,
+           count(*) FILTER (WHERE c.fits_now) AS fit_idle,
+           (array_agg(c.str_name ORDER BY c.gpu_spill, c.int_cores_idle DESC, c.str_name) FILTER (WHERE c.fits_now))[1] AS best_idle,
+           (array_agg(c.str_name ORDER BY c.gpu_spill, c.int_cores DESC, c.str_name) FILTER (WHERE c.fits))[1] AS best_total
+    FROM (
+        SELECT h.str_name, h.int_cores, h.int_cores_idle,
+               -- A CPU frame is best kept off GPU hosts.
+               (h.int_gpus > 0 AND lay.gpus_min = 0) AS gpu_spill,
+               os_ok AND h.int_cores >= GREATEST(lay.cores_min, 1) AND h.int_mem >= lay.mem_min
+                     AND h.int_gpus >= lay.gpus_min AND h.int_gpu_mem >= lay.gpu_mem_min AS fits,
+               os_ok AND h.int_cores_idle >= GREATEST(lay.cores_min, 1)
+                     AND LEAST(h.int_mem_idle, hs.int_mem_free) >= lay.mem_min
+                     AND h.int_gpus_idle >= lay.gpus_min
+                     AND LEAST(h.int_gpu_mem_idle, hs.int_gpu_mem_free) >= lay.gpu_mem_min AS fits_now
+        FROM host h
+        JOIN host_stat hs ON hs.pk_host = h.pk_host
+        JOIN alloc a      ON a.pk_alloc = h.pk_alloc
+        CROSS JOIN LATERAL (SELECT lay.os = '' OR lay.os = ANY(string_to_array(replace(hs.str_os, ' ', ''), ',')) AS os_ok) o
+        WHERE a.pk_facility = lay.pk_facility AND h.str_lock_state = 'OPEN' AND hs.str_state = 'UP'
+          AND EXISTS (SELECT 1 FROM subscription s WHERE s.pk_show = lay.pk_show AND s.pk_alloc = h.pk_alloc)
+          AND EXISTS (SELECT 1 FROM host_tag ht WHERE ht.pk_host = h.pk_host AND ht.str_tag = ANY(lay.tags))
+    ) c
+) hc
+ORDER BY lay.show, lay.job, lay.layer`
+
+// LayerReport is one layer's answer.
+type LayerReport struct {
+	Facts
+	Reason Reason
+	Detail string
+}
+
+// Layers explains the layers of a job (job: name or id; layer: name or id,
+// "" for all), or of every managed show's pending jobs when job is "".
+func Layers(ctx context.Context, db DB, job, layer string) ([]LayerReport, error) {
+	rows, err := db.Query(ctx, layerFactsSQL, job, layer)
+	if err != nil {
+		return nil, fmt.Errorf("explain: %w", err)
+	}
+	defer rows.Close()
+	var out []LayerReport
+	for rows.Next() {
+		var f Facts
+		if err := rows.Scan(&f.Show, &f.Job, &f.Layer, &f.OS, &f.Paused, &f.Waiting, &f.Depend, &f.Running,
+			&f.CoresMin, &f.MemMinKB, &f.GPUsMin, &f.Hosts, &f.FitTotal, &f.FitIdle, &f.BestIdle, &f.BestTotal,
+			&f.BurstFull, &f.FolderFull, &f.JobFull, &f.LimitFull); err != nil {
+			return nil, fmt.Errorf("explain: %w", err)
+		}
+		r, d := Classify(f)
+		out = append(out, LayerReport{Facts: f, Reason: r, Detail: d})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("explain: %w", err)
+	}
+	return out, nil
+}
+
+// Count is the number of waiting frames of one show held for one reason.
+type Count struct {
+	Show   string
+	Reason Reason
+	Frames int
+}
+
+// Waiting counts the waiting frames of every scheduler-managed show by
+// reason (the cuesched_waiting_frames gauge), sorted by show and reason.
+func Waiting(ctx context.Context, db DB) ([]Count, error) {
+	ls, err := Layers(ctx, db, "", "")
+	if err != nil {
+		return nil, err
+	}
+	type key struct {
+		show   string
+		reason Reason
+	}
+	sum := map[key]int{}
+	for _, l := range ls {
+		if l.Waiting > 0 {
+			sum[key{l.Show, l.Reason}] += l.Waiting
+		}
+		if l.Depend > 0 {
+			sum[key{l.Show, Depend}] += l.Depend
+		}
+	}
+	out := make([]Count, 0, len(sum))
+	for k, n := range sum {
+		out = append(out, Count{Show: k.show, Reason: k.reason, Frames: n})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Show != out[j].Show {
+			return out[i].Show < out[j].Show
+		}
+		return out[i].Reason < out[j].Reason
+	})
+	return out, nil
+}

@@ -1,0 +1,183 @@
+package explain_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cuesched/cuesched/migrations/migrationstest"
+	"github.com/cuesched/cuesched/scheduler/explain"
+	"github.com/cuesched/cuesched/scheduler/farmtest"
+	"github.com/cuesched/cuesched/shared/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func must[T any](t *testing.T) func(T, error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+// One farm with a layer held by each gate: every reason is produced by the
+// real query against the Cuebot schema, and counted per show.
+func TestEveryReason(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := &farmtest.Seeder{DB: pool}
+	str, show, job := must[string](t), must[farmtest.Show](t), must[farmtest.Job](t)
+
+	fac := str(s.Facility(ctx, "f1"))
+	sh := show(s.Show(ctx, "alpha", true))
+	other := show(s.Show(ctx, "beta", true))
+	legacy := show(s.Show(ctx, "legacy", false))
+	alloc := str(s.Alloc(ctx, fac, "f1.general", "general"))
+	str(s.Subscribe(ctx, sh, alloc, 100, 100))
+	str(s.Subscribe(ctx, other, alloc, 1, 1))
+	str(s.Subscribe(ctx, legacy, alloc, 100, 100))
+	cpu := str(s.Host(ctx, farmtest.HostSpec{Name: "cpu1", Alloc: alloc, AllocTag: "general", Cores: 8, MemKB: 32 * farmtest.GB}))
+	gpu := str(s.Host(ctx, farmtest.HostSpec{Name: "gpu1", Alloc: alloc, AllocTag: "general", Cores: 8, MemKB: 32 * farmtest.GB,
+		GPUs: 1, GPUMemKB: 8 * farmtest.GB}))
+
+	general := func(name string, ls farmtest.LayerSpec) farmtest.LayerSpec {
+		ls.Name = name
+		if ls.Tags == nil {
+			ls.Tags = []string{"general"}
+		}
+		if ls.Frames == 0 {
+			ls.Frames = 2
+		}
+		return ls
+	}
+	one := func(js farmtest.JobSpec, ls farmtest.LayerSpec) farmtest.Job {
+		t.Helper()
+		if js.Show.ID == "" {
+			js.Show = sh
+		}
+		js.Facility = fac
+		js.Layers = []farmtest.LayerSpec{general(js.Name, ls)}
+		return job(s.Job(ctx, js))
+	}
+	run := func(host, frame string, cores, gpus int) {
+		t.Helper()
+		str(s.Proc(ctx, farmtest.ProcSpec{Host: host, Frame: frame, Cores: cores, MemKB: farmtest.GB, GPUs: gpus}))
+	}
+
+	one(farmtest.JobSpec{Name: "held", Paused: true}, farmtest.LayerSpec{})
+	dep := one(farmtest.JobSpec{Name: "depend"}, farmtest.LayerSpec{})
+	if _, err := pool.Exec(ctx, `UPDATE frame SET str_state = 'DEPEND', int_depend_count = 1 WHERE pk_frame = $1`, dep.Layers[0].Frames[1]); err != nil {
+		t.Fatal(err)
+	}
+	one(farmtest.JobSpec{Name: "nohost"}, farmtest.LayerSpec{Tags: []string{"nowhere"}})
+	one(farmtest.JobSpec{Name: "nofit"}, farmtest.LayerSpec{Cores: 64})
+	one(farmtest.JobSpec{Name: "nofit-os", OS: "rhel9"}, farmtest.LayerSpec{})
+	burst := one(farmtest.JobSpec{Name: "burst", Show: other}, farmtest.LayerSpec{})
+	run(cpu, burst.Layers[0].Frames[0], 1, 0)
+	folder := str(s.Folder(ctx, sh, "capped", 1, -1))
+	fc := one(farmtest.JobSpec{Name: "foldercap", Folder: folder}, farmtest.LayerSpec{})
+	run(cpu, fc.Layers[0].Frames[0], 1, 0)
+	jc := one(farmtest.JobSpec{Name: "jobcap", MaxCores: 1}, farmtest.LayerSpec{})
+	run(cpu, jc.Layers[0].Frames[0], 1, 0)
+	lim := str(s.Limit(ctx, "nuke", 0))
+	one(farmtest.JobSpec{Name: "limit"}, farmtest.LayerSpec{Limits: []string{lim}})
+	gj := one(farmtest.JobSpec{Name: "capacity"}, farmtest.LayerSpec{GPUs: 1, GPUMemKB: farmtest.GB})
+	run(gpu, gj.Layers[0].Frames[0], 1, 1)
+	one(farmtest.JobSpec{Name: "flowing"}, farmtest.LayerSpec{})
+	one(farmtest.JobSpec{Name: "unmanaged", Show: legacy}, farmtest.LayerSpec{})
+
+	ls, err := explain.Layers(ctx, pool, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]explain.LayerReport{}
+	for _, l := range ls {
+		got[l.Job] = l
+		t.Logf("%-10s %-10s waiting=%d depend=%d: %s", l.Job, l.Reason, l.Waiting, l.Depend, l.Detail)
+	}
+	want := map[string]explain.Reason{
+		"held": explain.Held, "depend": explain.Flowing, "nohost": explain.NoHost, "nofit": explain.NoFit,
+		"nofit-os": explain.NoFit, "burst": explain.Burst, "foldercap": explain.FolderCap, "jobcap": explain.JobCap,
+		"limit": explain.Limit, "capacity": explain.Capacity, "flowing": explain.Flowing,
+	}
+	for j, r := range want {
+		if got[j].Reason != r {
+			t.Errorf("job %s: reason %q (%s), want %q", j, got[j].Reason, got[j].Detail, r)
+		}
+	}
+	if _, ok := got["unmanaged"]; ok {
+		t.Error("a show Cuebot dispatches was explained")
+	}
+	if l := got["flowing"]; l.BestIdle != "cpu1" {
+		t.Errorf("flowing layer's best host = %q, want cpu1 (the GPU host is busy)", l.BestIdle)
+	}
+	if l := got["capacity"]; l.BestTotal != "gpu1" || l.FitIdle != 0 {
+		t.Errorf("capacity layer: best when idle %q, fitting now %d; want gpu1, 0", l.BestTotal, l.FitIdle)
+	}
+
+	// One job, one layer.
+	one1, err := explain.Layers(ctx, pool, "jobcap", "jobcap")
+	if err != nil || len(one1) != 1 || one1[0].Reason != explain.JobCap {
+		t.Fatalf("explain jobcap jobcap = %+v, %v", one1, err)
+	}
+
+	counts, err := explain.Waiting(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKey := map[string]int{}
+	for _, c := range counts {
+		byKey[c.Show+"/"+string(c.Reason)] = c.Frames
+	}
+	wantCounts := map[string]int{
+		"alpha/held": 2, "alpha/depend": 1, "alpha/no host": 2, "alpha/no fit": 4, "alpha/folder cap": 1,
+		"alpha/job cap": 1, "alpha/limit": 2, "alpha/capacity": 1, "alpha/flowing": 3, "beta/burst": 1,
+	}
+	for k, n := range wantCounts {
+		if byKey[k] != n {
+			t.Errorf("waiting frames %s = %d, want %d", k, byKey[k], n)
+		}
+	}
+	if len(byKey) != len(wantCounts) {
+		t.Errorf("counts %v, want exactly %v", byKey, wantCounts)
+	}
+}
+
+func TestClassifyOrder(t *testing.T) {
+	// Every gate closed: the first in check order wins.
+	f := explain.Facts{Paused: true, Hosts: 0, BurstFull: true, FolderFull: true, JobFull: true, LimitFull: "x"}
+	order := explain.Reasons()
+	steps := []func(*explain.Facts){
+		func(f *explain.Facts) { f.Paused = false },
+		func(f *explain.Facts) { f.Hosts = 1 },
+		func(f *explain.Facts) { f.FitTotal = 1 },
+		func(f *explain.Facts) { f.BurstFull = false },
+		func(f *explain.Facts) { f.FolderFull = false },
+		func(f *explain.Facts) { f.JobFull = false },
+		func(f *explain.Facts) { f.LimitFull = "" },
+		func(f *explain.Facts) { f.FitIdle = 1 },
+	}
+	want := []explain.Reason{explain.Held, explain.NoHost, explain.NoFit, explain.Burst, explain.FolderCap,
+		explain.JobCap, explain.Limit, explain.Capacity, explain.Flowing}
+	for i := 0; ; i++ {
+		if r, _ := explain.Classify(f); r != want[i] {
+			t.Fatalf("step %d: %q, want %q", i, r, want[i])
+		}
+		if i == len(steps) {
+			break
+		}
+		steps[i](&f)
+	}
+	if len(order) != 11 {
+		t.Errorf("Reasons() = %v", order)
+	}
+}

@@ -1,0 +1,85 @@
+package explain
+
+import (
+	"context"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Gauge keeps cuesched_waiting_frames{show,reason} current: every Interval
+// it counts the waiting frames of the managed shows by reason (one query,
+// off the dispatch path). With Leader set, only the instance it reports as
+// leader exports counts (the others export none), so summing the gauge over
+// scheduler instances does not count a frame twice.
+type Gauge struct {
+	DB       DB
+	Interval time.Duration
+	Leader   func() bool
+	Logger   hclog.Logger
+
+	vec *prometheus.GaugeVec
+}
+
+// NewGauge registers the gauge.
+func NewGauge(db DB, interval time.Duration, leader func() bool, logger hclog.Logger, reg prometheus.Registerer) (*Gauge, error) {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	g := &Gauge{DB: db, Interval: interval, Leader: leader, Logger: logger.Named("explain"),
+		vec: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cuesched_waiting_frames",
+			Help: "Waiting frames of scheduler-managed shows by the one reason each waits (see `cuesched explain`).",
+		}, []string{"show", "reason"})}
+	if reg != nil {
+		if err := reg.Register(g.vec); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// Run updates the gauge until ctx ends.
+func (g *Gauge) Run(ctx context.Context) error {
+	t := time.NewTicker(g.Interval)
+	defer t.Stop()
+	for {
+		g.Update(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Update counts once and replaces the gauge's series.
+func (g *Gauge) Update(ctx context.Context) {
+	if g.Leader != nil && !g.Leader() {
+		g.vec.Reset()
+		return
+	}
+	counts, err := Waiting(ctx, g.DB)
+	if err != nil {
+		if ctx.Err() == nil {
+			g.Logger.Warn("waiting-frame count failed", "error", err)
+		}
+		return
+	}
+	g.vec.Reset()
+	shows := map[string]bool{}
+	for _, c := range counts {
+		shows[c.Show] = true
+	}
+	// Every reason of every show with waiting frames, zeros included, so
+	// a reason that empties drops to 0 instead of vanishing.
+	for s := range shows {
+		for _, r := range Reasons() {
+			g.vec.WithLabelValues(s, string(r)).Set(0)
+		}
+	}
+	for _, c := range counts {
+		g.vec.WithLabelValues(c.Show, string(c.Reason)).Set(float64(c.Frames))
+	}
+}
