@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -87,8 +88,8 @@ func Classify(f Facts) (Reason, string) {
 		if f.OS != "" {
 			os = ", OS " + f.OS
 		}
-		return NoFit, fmt.Sprintf("none of the %d hosts serving the layer fits one frame (%s cores, %s memory, %d GPUs%s) even when idle",
-			f.Hosts, cores(f.CoresMin), mem(f.MemMinKB), f.GPUsMin, os)
+		return NoFit, fmt.Sprintf("none of the %s serving the layer fits one frame (%s cores, %s memory, %d GPUs%s) even when idle",
+			hosts(f.Hosts), cores(f.CoresMin), mem(f.MemMinKB), f.GPUsMin, os)
 	case f.BurstFull:
 		return Burst, "every subscription of the show in the facility is at its burst"
 	case f.FolderFull:
@@ -98,12 +99,21 @@ func Classify(f Facts) (Reason, string) {
 	case f.LimitFull != "":
 		return Limit, fmt.Sprintf("limit %q is at its max running frames", f.LimitFull)
 	case f.FitIdle == 0:
-		return Capacity, fmt.Sprintf("%d hosts fit a frame, none has the room free now (roomiest when idle: %s)", f.FitTotal, f.BestTotal)
+		return Capacity, fmt.Sprintf("%s fit a frame, none has the room free now (roomiest when idle: %s)", hosts(f.FitTotal), f.BestTotal)
 	}
-	return Flowing, fmt.Sprintf("%d hosts have room now (best: %s)", f.FitIdle, f.BestIdle)
+	return Flowing, fmt.Sprintf("%s with room now (best: %s)", hosts(f.FitIdle), f.BestIdle)
 }
 
-func cores(centi int64) string { return fmt.Sprintf("%.2g", float64(max(centi, 0))/100) }
+func hosts(n int) string {
+	if n == 1 {
+		return "1 host"
+	}
+	return strconv.Itoa(n) + " hosts"
+}
+
+func cores(centi int64) string {
+	return strconv.FormatFloat(float64(max(centi, 0))/100, 'f', -1, 64)
+}
 
 func mem(kb int64) string {
 	const gib = 1024 * 1024

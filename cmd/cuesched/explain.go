@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cuesched/cuesched/scheduler/explain"
+	"github.com/cuesched/cuesched/scheduler/rollout"
+)
+
+const explainUsage = `usage: cuesched explain [--database-url URL] [--json] [JOB [LAYER]]
+
+Says why the waiting frames of a scheduler-managed show's job are not
+running: per layer, the first gate that holds them, in the order the
+scheduler meets them, and the best host the layer would fit on.
+
+  held        the job is paused
+  depend      frames wait on a dependency (counted apart, always)
+  no host     no up, open host of the facility is on a subscribed allocation
+              with one of the layer's tags
+  no fit      hosts serve the layer, none fits one frame even when idle
+  burst       every subscription of the show in the facility is at its burst
+  folder cap  the job's folder is at its max cores
+  job cap     the job is at its max cores
+  limit       one of the layer's limits is at its max running frames
+  strand      GPU protection keeps CPU work off cores an idle GPU needs
+  capacity    hosts fit a frame, none has the room free now
+  flowing     nothing holds it: the next pass books it
+
+JOB and LAYER are names or ids; without JOB every pending job of every
+managed show is explained. Reads Postgres only (one query).
+
+flags:
+`
+
+// runExplain is "cuesched explain".
+func runExplain(ctx context.Context, c *cli, args []string) int {
+	const name = "cuesched explain"
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	dbURL := fs.String("database-url", "", "Cuebot PostgreSQL URL (default $CUESCHED_DATABASE_URL)")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
+	fs.Usage = func() {
+		fmt.Fprint(c.stdout, explainUsage)
+		fs.SetOutput(c.stdout)
+		fs.PrintDefaults()
+		fs.SetOutput(c.stderr)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 2 {
+		fmt.Fprintf(c.stderr, "%s: unexpected argument %q\n", name, fs.Arg(2))
+		return 2
+	}
+	job, layer := fs.Arg(0), fs.Arg(1)
+	db := envOr(c, *dbURL, "CUESCHED_DATABASE_URL")
+	if db == "" {
+		fmt.Fprintf(c.stderr, "%s: no database: pass --database-url or set CUESCHED_DATABASE_URL\n", name)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	pcfg, err := pgxpool.ParseConfig(db)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "%s: --database-url: %v\n", name, err)
+		return 2
+	}
+	pcfg.ConnConfig.RuntimeParams["application_name"] = rollout.AppName(rollout.RoleCLI, "")
+	pcfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	defer pool.Close()
+	reps, err := explain.Layers(ctx, pool, job, layer)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	if len(reps) == 0 && job != "" {
+		what := "job " + job
+		if layer != "" {
+			what = "layer " + layer + " of " + what
+		}
+		fmt.Fprintf(c.stderr, "%s: %s: no waiting or depending frames of a pending job of a scheduler-managed show\n", name, what)
+		return 1
+	}
+	if *asJSON {
+		type row struct {
+			Show    string `json:"show"`
+			Job     string `json:"job"`
+			Layer   string `json:"layer"`
+			Reason  string `json:"reason"`
+			Detail  string `json:"detail"`
+			Waiting int    `json:"waiting"`
+			Depend  int    `json:"depend"`
+			Running int    `json:"running"`
+			Best    string `json:"best_host,omitempty"`
+		}
+		out := make([]row, 0, len(reps))
+		for _, r := range reps {
+			out = append(out, row{r.Show, r.Job, r.Layer, string(r.Reason), r.Detail, r.Waiting, r.Depend, r.Running, bestHost(r)})
+		}
+		enc := json.NewEncoder(c.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
+			return 1
+		}
+		return 0
+	}
+	if len(reps) == 0 {
+		fmt.Fprintln(c.stdout, "no waiting frames in scheduler-managed shows")
+		return 0
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHOW\tJOB\tLAYER\tWAITING\tDEPEND\tRUNNING\tREASON\tBEST HOST")
+	for _, r := range reps {
+		best := bestHost(r)
+		if best == "" {
+			best = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", r.Show, r.Job, r.Layer, r.Waiting, r.Depend, r.Running, r.Reason, best)
+	}
+	if err := tw.Flush(); err != nil {
+		return 1
+	}
+	fmt.Fprintln(c.stdout)
+	for _, r := range reps {
+		fmt.Fprintf(c.stdout, "%s/%s: %s: %s\n", r.Job, r.Layer, r.Reason, r.Detail)
+	}
+	return 0
+}
+
+// bestHost is the host the layer would book now, else the one it fits when
+// idle.
+func bestHost(r explain.LayerReport) string {
+	if r.BestIdle != "" {
+		return r.BestIdle
+	}
+	return r.BestTotal
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cuesched/cuesched/migrations/migrationstest"
+	"github.com/cuesched/cuesched/scheduler/farmtest"
+)
+
+func runExplainT(env map[string]string, args ...string) (int, string, string) {
+	c, out, errb := testCLI(env)
+	code := runExplain(context.Background(), c, args)
+	return code, out.String(), errb.String()
+}
+
+func TestExplainCLIUsage(t *testing.T) {
+	t.Parallel()
+	if code, out, _ := runExplainT(nil, "-h"); code != 0 || !strings.Contains(out, "usage: cuesched explain") || !strings.Contains(out, "folder cap") {
+		t.Errorf("help: %d %q", code, out)
+	}
+	if code, _, errOut := runExplainT(nil, "job"); code != 2 || !strings.Contains(errOut, "no database") {
+		t.Errorf("no database: %d %s", code, errOut)
+	}
+	if code, _, errOut := runExplainT(nil, "a", "b", "c"); code != 2 || !strings.Contains(errOut, `unexpected argument "c"`) {
+		t.Errorf("extra argument: %d %s", code, errOut)
+	}
+}
+
+// The command prints, per layer, the gate that holds it and the host it
+// would book, from the real query against the Cuebot schema.
+func TestExplainCLI(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := migrationstest.Database(t)
+	pool, err := pgxpool.New(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := &farmtest.Seeder{DB: pool}
+	must := func(v string, err error) string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	fac := must(s.Facility(ctx, "f1"))
+	sh, err := s.Show(ctx, "alpha", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc := must(s.Alloc(ctx, fac, "f1.general", "general"))
+	must(s.Subscribe(ctx, sh, alloc, 100, 100))
+	must(s.Host(ctx, farmtest.HostSpec{Name: "node1", Alloc: alloc, AllocTag: "general", Cores: 16, MemKB: 64 * farmtest.GB}))
+	if _, err := s.Job(ctx, farmtest.JobSpec{Name: "shot010", Show: sh, Facility: fac, Layers: []farmtest.LayerSpec{
+		{Name: "render", Tags: []string{"general"}, Frames: 3, Cores: 2, MemKB: 4 * farmtest.GB},
+		{Name: "huge", Tags: []string{"general"}, Frames: 1, Cores: 64, MemKB: 4 * farmtest.GB},
+		{Name: "sim", Tags: []string{"simulation"}, Frames: 2},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Job(ctx, farmtest.JobSpec{Name: "shot020", Show: sh, Facility: fac, Paused: true,
+		Layers: []farmtest.LayerSpec{{Name: "comp", Tags: []string{"general"}, Frames: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"CUESCHED_DATABASE_URL": db}
+
+	code, out, errOut := runExplainT(env, "shot010")
+	if code != 0 {
+		t.Fatalf("explain shot010: %d %s", code, errOut)
+	}
+	for _, want := range []string{
+		"shot010/render: flowing: 1 host with room now (best: node1)",
+		"shot010/huge: no fit: none of the 1 host serving the layer fits one frame (64 cores",
+		"shot010/sim: no host:",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "shot020") {
+		t.Errorf("explain shot010 printed another job:\n%s", out)
+	}
+
+	// One layer, as JSON.
+	code, out, errOut = runExplainT(env, "--json", "shot020", "comp")
+	if code != 0 {
+		t.Fatalf("explain --json: %d %s", code, errOut)
+	}
+	var rows []struct {
+		Job, Layer, Reason string
+		Waiting            int
+	}
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(rows) != 1 || rows[0].Job != "shot020" || rows[0].Layer != "comp" || rows[0].Reason != "held" || rows[0].Waiting != 1 {
+		t.Errorf("json: %+v", rows)
+	}
+
+	// Every pending job of the managed shows, without arguments.
+	if code, out, _ = runExplainT(env); code != 0 || !strings.Contains(out, "shot010/render") || !strings.Contains(out, "shot020/comp: held") {
+		t.Errorf("all jobs: %d\n%s", code, out)
+	}
+
+	// An unknown job is an error that names it.
+	if code, _, errOut = runExplainT(env, "nope"); code != 1 || !strings.Contains(errOut, "job nope") {
+		t.Errorf("unknown job: %d %s", code, errOut)
+	}
+}
