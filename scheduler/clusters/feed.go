@@ -20,6 +20,15 @@ type FeedOptions struct {
 	ScanInterval time.Duration
 	Logger       hclog.Logger
 	Registerer   prometheus.Registerer
+	// Rank, if set, orders the clusters ready to be handed out: the lowest
+	// rank goes first, ties round-robin (the show tiers, package tiers).
+	// It is called under the feed's mutex and must be cheap and lock-free.
+	Rank func(*Cluster) float64
+	// OnePerAlloc keeps at most one allocation cluster of each allocation
+	// in flight, so the passes of the shows sharing an allocation take
+	// turns in Rank order: the lowest-ranked show gets first pick of the
+	// capacity that appeared, and only what it leaves goes to the next.
+	OnePerAlloc bool
 }
 
 // Feed hands clusters to pipeline workers round-robin; see the package doc.
@@ -37,7 +46,8 @@ type Feed struct {
 	next     int
 	sleeping map[string]nap
 	inflight map[string]struct{}
-	changed  chan struct{} // closed and replaced on every state change
+	allocs   map[string]struct{} // allocations with a cluster in flight (OnePerAlloc)
+	changed  chan struct{}       // closed and replaced on every state change
 }
 
 // nap is a sleeping cluster: until when, and what may end it early.
@@ -147,6 +157,7 @@ func newFeed(db DB, o FeedOptions) *Feed {
 		m:        newFeedMetrics(o.Registerer),
 		sleeping: map[string]nap{},
 		inflight: map[string]struct{}{},
+		allocs:   map[string]struct{}{},
 		changed:  make(chan struct{}),
 	}
 }
@@ -178,30 +189,8 @@ func (f *Feed) Next(ctx context.Context) (*Cluster, error) {
 			return nil, err
 		}
 		f.mu.Lock()
-		now := time.Now()
-		var earliest time.Time
-		n := len(f.active)
-		for i := 0; i < n; i++ {
-			idx := (f.next + i) % n
-			c := f.active[idx]
-			if _, busy := f.inflight[c.key]; busy {
-				continue
-			}
-			if z, ok := f.sleeping[c.key]; ok {
-				if now.Before(z.until) {
-					if z.wake == nil || !z.wake.Moved() {
-						if earliest.IsZero() || z.until.Before(earliest) {
-							earliest = z.until
-						}
-						continue
-					}
-					f.m.woken.Inc()
-				}
-				delete(f.sleeping, c.key)
-			}
-			f.inflight[c.key] = struct{}{}
-			f.next = idx + 1
-			f.m.sleeping.Set(float64(len(f.sleeping)))
+		c, earliest := f.pick(time.Now())
+		if c != nil {
 			f.mu.Unlock()
 			return c, nil
 		}
@@ -229,6 +218,60 @@ func (f *Feed) Next(ctx context.Context) (*Cluster, error) {
 	}
 }
 
+// pick chooses the next cluster to hand out and marks it in flight, or
+// returns nil and the earliest time a sleeping candidate wakes. Call with
+// mu held.
+func (f *Feed) pick(now time.Time) (*Cluster, time.Time) {
+	var (
+		earliest time.Time
+		best     *Cluster
+		bestIdx  int
+		bestRank float64
+	)
+	n := len(f.active)
+	for i := 0; i < n; i++ {
+		idx := (f.next + i) % n
+		c := f.active[idx]
+		if _, busy := f.inflight[c.key]; busy {
+			continue
+		}
+		if a := c.AllocID(); a != "" && f.opts.OnePerAlloc {
+			if _, busy := f.allocs[a]; busy {
+				continue
+			}
+		}
+		if z, ok := f.sleeping[c.key]; ok {
+			if now.Before(z.until) {
+				if z.wake == nil || !z.wake.Moved() {
+					if earliest.IsZero() || z.until.Before(earliest) {
+						earliest = z.until
+					}
+					continue
+				}
+				f.m.woken.Inc()
+			}
+			delete(f.sleeping, c.key)
+		}
+		if f.opts.Rank == nil {
+			best, bestIdx = c, idx
+			break
+		}
+		if r := f.opts.Rank(c); best == nil || r < bestRank {
+			best, bestIdx, bestRank = c, idx, r
+		}
+	}
+	if best == nil {
+		return nil, earliest
+	}
+	f.inflight[best.key] = struct{}{}
+	if a := best.AllocID(); a != "" && f.opts.OnePerAlloc {
+		f.allocs[a] = struct{}{}
+	}
+	f.next = bestIdx + 1
+	f.m.sleeping.Set(float64(len(f.sleeping)))
+	return best, time.Time{}
+}
+
 // Done returns a cluster handed out by Next. A positive sleep keeps it from
 // being handed out again for that long.
 func (f *Feed) Done(c *Cluster, sleep time.Duration) { f.DoneWatch(c, sleep, nil) }
@@ -240,6 +283,9 @@ func (f *Feed) DoneWatch(c *Cluster, sleep time.Duration, wake Watch) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.inflight, c.key)
+	if a := c.AllocID(); a != "" {
+		delete(f.allocs, a)
+	}
 	if sleep > 0 {
 		f.sleeping[c.key] = nap{until: time.Now().Add(sleep), wake: wake}
 	}

@@ -108,6 +108,10 @@ type Options struct {
 	// Capacity, if set, cuts a saturated cluster's sleep short when hosts
 	// of its groups gain capacity for a layer that missed there.
 	Capacity Capacity
+	// Booked, if set, runs after a pass that dispatched frames, before the
+	// cluster goes back to the feed (the show tiers re-read the show's
+	// usage there, so its next rank includes what it just booked).
+	Booked func(ctx context.Context, c *clusters.Cluster)
 }
 
 // Pipeline runs passes until its context ends.
@@ -118,6 +122,7 @@ type Pipeline struct {
 	cfg      Config
 	gate     Gate
 	capacity Capacity
+	booked   func(ctx context.Context, c *clusters.Cluster)
 	log      hclog.Logger
 	m        *metrics
 
@@ -153,7 +158,7 @@ func New(db jobs.DB, feed *clusters.Feed, worker Worker, cfg Config, o Options) 
 	if seed == 0 {
 		seed = time.Now().UnixNano()
 	}
-	return &Pipeline{db: db, feed: feed, worker: worker, cfg: cfg, gate: o.Gate, capacity: o.Capacity, log: log.Named("pipeline"), m: newMetrics(o.Registerer),
+	return &Pipeline{db: db, feed: feed, worker: worker, cfg: cfg, gate: o.Gate, capacity: o.Capacity, booked: o.Booked, log: log.Named("pipeline"), m: newMetrics(o.Registerer),
 		draws: rand.New(rand.NewSource(seed))}
 }
 
@@ -217,6 +222,9 @@ func (p *Pipeline) work(ctx context.Context) {
 			return
 		}
 		r := p.Pass(ctx, c)
+		if r.Dispatched > 0 && p.booked != nil {
+			p.booked(ctx, c)
+		}
 		p.feed.DoneWatch(c, r.Sleep, r.Wake)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/cuesched/cuesched/scheduler/matcher"
 	"github.com/cuesched/cuesched/scheduler/reserve"
 	"github.com/cuesched/cuesched/scheduler/rqdclient"
+	"github.com/cuesched/cuesched/scheduler/tiers"
 	"github.com/cuesched/cuesched/shared/config"
 	sharedmetrics "github.com/cuesched/cuesched/shared/metrics"
 )
@@ -137,14 +138,33 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 			return nil, fmt.Errorf("scheduler.facility: %w", err)
 		}
 	}
-	s.Feed, err = clusters.NewFeed(ctx, s.pool, clusters.FeedOptions{
+	feedOpts := clusters.FeedOptions{
 		Load: clusters.LoadOptions{FacilityID: facilityID, IgnoreTags: cfg.Scheduler.IgnoreTags,
 			ManualChunkSize: q.ManualTagsChunkSize, HostnameChunkSize: q.HostnameTagsChunkSize},
 		ReloadInterval: q.ClusterReloadInterval.D(), ScanInterval: q.ActiveScanInterval.D(),
 		Logger: log, Registerer: d.Registerer,
-	})
+	}
+	var board *tiers.Board
+	if q.ShowTiers {
+		board = tiers.New(s.rdb, func() []tiers.Sub { return tiers.SubsOf(s.Feed.Clusters()) },
+			tiers.Options{Interval: q.ShowTierRefresh.D(), Logger: log, Registerer: d.Registerer})
+		feedOpts.Rank, feedOpts.OnePerAlloc = board.Rank, true
+	}
+	s.Feed, err = clusters.NewFeed(ctx, s.pool, feedOpts)
 	if err != nil {
 		return nil, err
+	}
+	var booked func(context.Context, *clusters.Cluster)
+	if board != nil {
+		if err := board.Refresh(ctx); err != nil {
+			log.Warn("show tiers: first refresh failed; ranking every show 0 until one succeeds", "error", err)
+		}
+		s.loops = append(s.loops, board.Run)
+		booked = func(ctx context.Context, c *clusters.Cluster) {
+			if a := c.AllocID(); a != "" {
+				board.Touch(ctx, tiers.Sub{Show: c.ShowID, Alloc: a})
+			}
+		}
 	}
 
 	schema, err := jobs.DetectSchema(ctx, s.pool)
@@ -259,7 +279,7 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 		CoreUnit: int(unit), AgeRelief: q.PriorityAgeRelief.D(),
 		Lottery: q.JobOrder != config.JobOrderStrict, LotterySeed: q.LotterySeed,
 		EmptySleep: q.ClusterEmptySleep.D(), SaturatedSleep: q.ClusterSaturatedSleep.D(), Schema: &schema,
-	}, Options{Logger: log, Registerer: d.Registerer, Gate: allGates(gates), Capacity: capacity})
+	}, Options{Logger: log, Registerer: d.Registerer, Gate: allGates(gates), Capacity: capacity, Booked: booked})
 
 	if d.Health != nil {
 		d.Health.SetCheck("scheduler", func() error {

@@ -109,6 +109,13 @@ type Queue struct {
 	// LotterySeed seeds the draws (0: a random seed per process). A fixed
 	// seed makes one instance's sequence of draws reproducible.
 	LotterySeed int64 `yaml:"lottery_seed"`
+	// ShowTiers ranks the shows sharing an allocation by subscription tier
+	// (cores in use ÷ subscription size, from the accounting store): the
+	// lowest tier's pass goes first and the passes of one allocation take
+	// turns. false: round 1's round-robin over clusters.
+	ShowTiers bool `yaml:"show_tiers"`
+	// ShowTierRefresh is how often the whole tier snapshot is re-read.
+	ShowTierRefresh Duration `yaml:"show_tier_refresh"`
 	// WaitingStatsInterval is how often the loop leader counts waiting
 	// frames by reason for cuesched_waiting_frames (0 disables it).
 	WaitingStatsInterval Duration `yaml:"waiting_stats_interval"`
@@ -218,6 +225,8 @@ func Default() Config {
 			FrameMemoryHardLimit:          2.0,
 			PriorityAgeRelief:             Duration(10 * time.Minute),
 			JobOrder:                      JobOrderLottery,
+			ShowTiers:                     true,
+			ShowTierRefresh:               Duration(time.Second),
 			WaitingStatsInterval:          Duration(30 * time.Second),
 			LayerBackoffMin:               Duration(time.Second),
 			LayerBackoffMax:               Duration(30 * time.Second),
