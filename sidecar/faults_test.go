@@ -189,7 +189,7 @@ func TestKill9FiftyTimes(t *testing.T) {
 }
 
 // TestStandbyTakesOver: two sidecar processes on one slot; kill the active
-// one, the standby takes over within 5 s; totals exact.
+// one, the standby takes the slot over and releases flow again; totals exact.
 func TestStandbyTakesOver(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, harnessOpts{})

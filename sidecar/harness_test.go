@@ -513,8 +513,8 @@ func (ip *inProcess) stop(t testing.TB) {
 		if ok {
 			close(ip.done)
 		}
-	case <-time.After(30 * time.Second):
-		t.Errorf("sidecar did not stop within 30s")
+	case <-time.After(testenv.Patience(30 * time.Second)):
+		t.Errorf("sidecar did not stop after its context ended")
 	}
 }
 
