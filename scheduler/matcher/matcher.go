@@ -104,6 +104,9 @@ type Config struct {
 	Attempts int
 	// FramesPerLayer is dispatch_frames_per_layer_limit (20).
 	FramesPerLayer int
+	// FramesPerJob is dispatch_frames_per_job_limit: the frames one job
+	// books in one pass over all its layers (0: no cap).
+	FramesPerJob int
 	// MaxConcurrentLayers bounds layers worked at once (pool size - 1).
 	MaxConcurrentLayers int
 	// PermitPerFrame is the layer permit duration per frame (2 s).
@@ -221,6 +224,16 @@ func (m *Matcher) Process(ctx context.Context, c *clusters.Cluster, job jobs.Job
 	for _, l := range layers {
 		if ctx.Err() != nil {
 			return out, ctx.Err()
+		}
+		if m.cfg.FramesPerJob > 0 {
+			left := m.cfg.FramesPerJob - out.Dispatched
+			if left <= 0 {
+				m.m.jobBudgetSpent.Inc()
+				return out, nil
+			}
+			if len(l.Frames) > left {
+				l.Frames = l.Frames[:left]
+			}
 		}
 		r := m.processLayer(ctx, c, l)
 		out.Dispatched += r.dispatched

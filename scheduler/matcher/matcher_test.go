@@ -266,3 +266,50 @@ func TestProcessQuarantinesUnreachableHosts(t *testing.T) {
 		t.Fatalf("the quarantined host got %d more launch attempts", n-first)
 	}
 }
+
+// TestProcessJobBudget: dispatch_frames_per_job_limit caps what one job
+// books in one pass over all its layers, worked in dispatch order, so a job
+// of many layers gets the share of a pass a one-layer job gets.
+func TestProcessJobBudget(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 10)
+	h.host(16, "")
+	many := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(4), layer(4), layer(4)}})
+	one := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(12)}})
+	m := matcher.New(h.pool, h.hosts, h.disp, matcher.Config{Attempts: 10, FramesPerLayer: 20, FramesPerJob: 5, Policy: h.policy},
+		matcher.Options{Registerer: prometheus.NewRegistry(), Backoff: h.backoff, Permits: h.permits})
+	for _, c := range []struct {
+		job  jobs.Job
+		name string
+	}{{many, "three layers"}, {one, "one layer"}} {
+		out, err := m.Process(context.Background(), h.cluster, c.job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Dispatched != 5 {
+			t.Fatalf("%s: %+v, want the job budget of 5 frames", c.name, out)
+		}
+	}
+	var perLayer []int
+	rows, err := h.pool.Query(context.Background(), `SELECT count(*) FILTER (WHERE f.str_state = 'RUNNING') FROM layer l
+		JOIN frame f USING (pk_layer) WHERE l.pk_job = $1 GROUP BY l.pk_layer, l.int_dispatch_order ORDER BY l.int_dispatch_order`, many.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n int
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		perLayer = append(perLayer, n)
+	}
+	rows.Close()
+	if fmt.Sprint(perLayer) != "[4 1 0]" {
+		t.Fatalf("running per layer in dispatch order = %v, want [4 1 0]", perLayer)
+	}
+	// Without a budget the job books every frame that fits.
+	rest := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(2), layer(2), layer(2)}})
+	if out := h.process(rest); out.Dispatched != 6 {
+		t.Fatalf("no budget: %+v, want all 6 frames", out)
+	}
+}

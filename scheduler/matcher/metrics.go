@@ -7,6 +7,8 @@ type metrics struct {
 	candidates   prometheus.Histogram
 	permitDenied prometheus.Counter
 	quarantined  prometheus.Counter
+	// jobBudgetSpent: jobs whose pass ended at dispatch_frames_per_job_limit.
+	jobBudgetSpent prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -28,9 +30,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "scheduler_hosts_quarantined_total",
 			Help: "Hosts held out of checkouts after a failed RQD launch.",
 		}),
+		jobBudgetSpent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scheduler_job_pass_budget_spent_total",
+			Help: "Jobs whose pass stopped at dispatch_frames_per_job_limit with layers left.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.noCandidate, m.candidates, m.permitDenied, m.quarantined)
+		reg.MustRegister(m.noCandidate, m.candidates, m.permitDenied, m.quarantined, m.jobBudgetSpent)
 	}
 	return m
 }

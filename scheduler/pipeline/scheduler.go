@@ -235,7 +235,7 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 		maxLayers = int(d.Pool.Config().MaxConns) - 1
 	}
 	s.Matcher = matcher.New(s.pool, hosts, s.Dispatcher, matcher.Config{
-		Attempts: q.HostCandidateAttemptsPerLayer, FramesPerLayer: q.DispatchFramesPerLayerLimit,
+		Attempts: q.HostCandidateAttemptsPerLayer, FramesPerLayer: q.DispatchFramesPerLayerLimit, FramesPerJob: q.DispatchFramesPerJobLimit,
 		MaxConcurrentLayers: max(maxLayers, 1), Policy: policy, SelfishServices: q.SelfishServices, Schema: &schema,
 		HostQuarantine: q.HostQuarantine.D(),
 	}, matcher.Options{Logger: log, Registerer: d.Registerer, Backoff: s.Backoff})

@@ -80,7 +80,11 @@ const (
 
 // Queue is the dispatch pipeline.
 type Queue struct {
-	DispatchFramesPerLayerLimit   int             `yaml:"dispatch_frames_per_layer_limit"`
+	DispatchFramesPerLayerLimit int `yaml:"dispatch_frames_per_layer_limit"`
+	// DispatchFramesPerJobLimit caps the frames one job books in one pass,
+	// over all its layers, so a job's share of a pass does not grow with
+	// its layer count (0: no cap, round 1).
+	DispatchFramesPerJobLimit     int             `yaml:"dispatch_frames_per_job_limit"`
 	CoreMultiplier                int             `yaml:"core_multiplier"`
 	MemoryStrandedThreshold       Size            `yaml:"memory_stranded_threshold"`
 	ClusterEmptySleep             Duration        `yaml:"cluster_empty_sleep"`
@@ -207,6 +211,7 @@ func Default() Config {
 		},
 		Queue: Queue{
 			DispatchFramesPerLayerLimit:   20,
+			DispatchFramesPerJobLimit:     20,
 			CoreMultiplier:                100,
 			MemoryStrandedThreshold:       2 * GiB,
 			ClusterEmptySleep:             Duration(30 * time.Second),
