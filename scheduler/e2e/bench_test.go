@@ -58,7 +58,8 @@ func BenchmarkEndToEnd(b *testing.B) {
 }
 
 type benchFarm struct {
-	show   farmtest.Show
+	show   farmtest.Show   // the first show (pgbench books as it)
+	shows  []farmtest.Show // every managed show
 	frames int
 }
 
@@ -79,13 +80,23 @@ func seedBenchFarm(tb testing.TB, pool *pgxpool.Pool, hosts, frames int) benchFa
 	fac := must(s.Facility(ctx, "spi"))
 	allocs := []string{must(s.Alloc(ctx, fac, "spi.general", "general")), must(s.Alloc(ctx, fac, "spi.render", "render"))}
 	tags := []string{"general", "render"}
-	show, err := s.Show(ctx, "bench", true)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	// CUESCHED_BENCH_SHOWS (1) managed shows share the farm, each
+	// subscribed with a burst above it; jobs go to them in turn.
+	var shows []farmtest.Show
 	cores := max(16, (frames+hosts-1)/hosts)
-	for _, a := range allocs {
-		must(s.Subscribe(ctx, show, a, hosts*cores, hosts*cores))
+	for i := 0; i < max(envInt("CUESCHED_BENCH_SHOWS", 1), 1); i++ {
+		name := "bench"
+		if i > 0 {
+			name = fmt.Sprintf("bench%d", i)
+		}
+		show, err := s.Show(ctx, name, true)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, a := range allocs {
+			must(s.Subscribe(ctx, show, a, hosts*cores, hosts*cores))
+		}
+		shows = append(shows, show)
 	}
 	for i := 0; i < hosts; i++ {
 		must(s.Host(ctx, farmtest.HostSpec{Name: fmt.Sprintf("node%05d", i), Alloc: allocs[i%2], AllocTag: tags[i%2],
@@ -95,7 +106,7 @@ func seedBenchFarm(tb testing.TB, pool *pgxpool.Pool, hosts, frames int) benchFa
 	jobs := max(frames/(2*perLayer), 1)
 	total := 0
 	for j := 0; j < jobs; j++ {
-		js, err := s.Job(ctx, farmtest.JobSpec{Name: fmt.Sprintf("job%04d", j), Show: show, Facility: fac, Priority: j % 10,
+		js, err := s.Job(ctx, farmtest.JobSpec{Name: fmt.Sprintf("job%04d", j), Show: shows[j%len(shows)], Facility: fac, Priority: j % 10,
 			MaxCores: -1, Layers: []farmtest.LayerSpec{
 				{Name: "render", Tags: []string{tags[j%2]}, Frames: perLayer, NotThreadable: true, MemKB: farmtest.GB},
 				{Name: "comp", Tags: []string{tags[j%2]}, Frames: perLayer, NotThreadable: true, MemKB: farmtest.GB},
@@ -105,7 +116,7 @@ func seedBenchFarm(tb testing.TB, pool *pgxpool.Pool, hosts, frames int) benchFa
 		}
 		total += js.FrameCount()
 	}
-	return benchFarm{show: show, frames: total}
+	return benchFarm{show: shows[0], shows: shows, frames: total}
 }
 
 // benchResult is one phase of the benchmark.
@@ -134,7 +145,10 @@ func runBenchPhase(b *testing.B, hosts, frames int, endToEnd bool) benchResult {
 	seedStart := time.Now()
 	f := seedBenchFarm(b, e.pool, hosts, frames)
 	b.Logf("seeded %d hosts and %d frames in %s", hosts, f.frames, time.Since(seedStart).Round(time.Millisecond))
-	e.farm = &farm{managedShows: []string{f.show.ID}, managedFrames: f.frames}
+	e.farm = &farm{managedFrames: f.frames}
+	for _, sh := range f.shows {
+		e.farm.managedShows = append(e.farm.managedShows, sh.ID)
+	}
 	e.startSidecar()
 
 	// The scheduler connects as its own role, so pg_stat_statements tells
@@ -154,8 +168,14 @@ func runBenchPhase(b *testing.B, hosts, frames int, endToEnd bool) benchResult {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Production defaults: the benchmark measures the scheduler as shipped.
-	cfg := config.Default()
+	// Production defaults: the benchmark measures the scheduler as shipped,
+	// unless CUESCHED_<SECTION>_<KEY> variables override a setting (to
+	// compare a placement option with round 1's behaviour, e.g.
+	// CUESCHED_QUEUE_SHOW_TIERS=false).
+	cfg, err := config.Load("", os.Getenv)
+	if err != nil {
+		b.Fatal(err)
+	}
 	cfg.Metrics.Listen = ""
 	cfg.Scheduler.Facility = "spi"
 	pc.MaxConns = int32(cfg.Database.PoolSize)
