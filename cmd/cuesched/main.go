@@ -41,6 +41,7 @@ func commands() map[string]command {
 		"accounting": {"audit Redis accounting against Postgres", runAccounting},
 		"status":     {"instances, loop leader, slot lag, managed shows, drift", runStatus},
 		"explain":    {"why a job's frames are waiting: the gate per layer, the best host", runExplain},
+		"sim":        {"run the verify battery: farm-scale scheduling scenarios with PASS/FAIL", runSim},
 		"demo":       {"run an embedded farm (Postgres, Redis, fake RQD) and watch frames flow", runDemo},
 		"config":     {"print the annotated example configuration", runConfig},
 		"version":    {"print the version", runVersion},

@@ -1,0 +1,187 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// monitor samples the farm while a scenario runs: the fill curve, and the
+// global invariants that can only be seen live (a host over its resources,
+// a booking that took a job, folder, subscription or limit past its cap, a
+// negative Redis counter).
+//
+// A use above its cap is a violation only when it grew since the previous
+// sample: a cap lowered below live use (CAPDROP) is legal, booking more
+// past it is not.
+type monitor struct {
+	w *World
+
+	mu       sync.Mutex
+	samplers []func(ctx context.Context, t float64)
+	prev     map[string]int64
+	hostOver int
+	capOver  int
+	negative int
+	examples []string
+}
+
+type monitorSnapshot struct {
+	hostOver, capOver, negative int
+	examples                    []string
+}
+
+func newMonitor(w *World) *monitor { return &monitor{w: w, prev: map[string]int64{}} }
+
+func (m *monitor) add(f func(ctx context.Context, t float64)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.samplers = append(m.samplers, f)
+}
+
+func (m *monitor) snapshot() monitorSnapshot {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return monitorSnapshot{m.hostOver, m.capOver, m.negative, append([]string(nil), m.examples...)}
+}
+
+func (m *monitor) example(format string, args ...any) {
+	if len(m.examples) < 8 {
+		m.examples = append(m.examples, fmt.Sprintf(format, args...))
+	}
+}
+
+const tick = 250 * time.Millisecond
+
+func (m *monitor) run(ctx context.Context) {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	n := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n++
+		at := m.w.Elapsed().Seconds()
+		m.sample(ctx, at, n%4 == 0)
+		m.mu.Lock()
+		fs := append([]func(context.Context, float64){}, m.samplers...)
+		m.mu.Unlock()
+		for _, f := range fs {
+			f(ctx, at)
+		}
+	}
+}
+
+// capUseSQL: (kind, id, use, cap) for every job, folder, subscription and
+// limit with live procs.
+const capUseSQL = `
+SELECT 'job', p.pk_job, sum(p.int_cores_reserved)::bigint, max(jr.int_max_cores)::bigint
+  FROM proc p JOIN job_resource jr ON jr.pk_job = p.pk_job GROUP BY p.pk_job
+UNION ALL
+SELECT 'folder', fr.pk_folder, sum(p.int_cores_reserved)::bigint, max(fr.int_max_cores)::bigint
+  FROM proc p JOIN job j ON j.pk_job = p.pk_job JOIN folder_resource fr ON fr.pk_folder = j.pk_folder
+ WHERE fr.int_max_cores >= 0 GROUP BY fr.pk_folder
+UNION ALL
+SELECT 'subscription', s.pk_subscription, sum(p.int_cores_reserved)::bigint, max(s.int_burst)::bigint
+  FROM proc p JOIN host h ON h.pk_host = p.pk_host JOIN subscription s ON s.pk_show = p.pk_show AND s.pk_alloc = h.pk_alloc
+ GROUP BY s.pk_subscription
+UNION ALL
+SELECT 'limit', lr.str_name, count(*)::bigint, max(lr.int_max_value)::bigint
+  FROM proc p JOIN layer_limit ll ON ll.pk_layer = p.pk_layer JOIN limit_record lr ON lr.pk_limit_record = ll.pk_limit_record
+ GROUP BY lr.str_name`
+
+func (m *monitor) sample(ctx context.Context, at float64, slow bool) {
+	w := m.w
+	var total, booked int64
+	if err := w.Pool.QueryRow(ctx, `SELECT COALESCE(sum(int_cores),0)::bigint,
+		COALESCE((SELECT sum(int_cores_reserved) FROM proc),0)::bigint FROM host`).Scan(&total, &booked); err == nil && total > 0 {
+		w.mu.Lock()
+		w.fill = append(w.fill, Point{T: at, Fill: float64(booked) / float64(total)})
+		w.mu.Unlock()
+	}
+	rows, err := w.Pool.Query(ctx, `SELECT h.str_name FROM proc p JOIN host h ON h.pk_host = p.pk_host
+		GROUP BY h.pk_host, h.str_name HAVING sum(p.int_cores_reserved) > max(h.int_cores) OR sum(p.int_mem_reserved) > max(h.int_mem)
+		    OR sum(p.int_gpus_reserved) > max(h.int_gpus)`)
+	if err == nil {
+		for rows.Next() {
+			var h string
+			if rows.Scan(&h) == nil {
+				m.mu.Lock()
+				m.hostOver++
+				m.example("at %.1fs host %s over its cores, memory or GPUs", at, h)
+				m.mu.Unlock()
+			}
+		}
+		rows.Close()
+	}
+	rows, err = w.Pool.Query(ctx, capUseSQL)
+	if err != nil && ctx.Err() == nil {
+		m.mu.Lock()
+		m.example("cap query failed: %v", err)
+		m.mu.Unlock()
+	}
+	if err == nil {
+		seen := map[string]int64{}
+		for rows.Next() {
+			var kind, id string
+			var use, limit int64
+			if rows.Scan(&kind, &id, &use, &limit) != nil {
+				continue
+			}
+			key := kind + "/" + id
+			seen[key] = use
+			m.mu.Lock()
+			if use > limit && use > m.prev[key] {
+				m.capOver++
+				m.example("at %.1fs %s %s grew to %d past its cap %d", at, kind, id, use, limit)
+			}
+			m.mu.Unlock()
+		}
+		rows.Close()
+		m.mu.Lock()
+		m.prev = seen
+		m.mu.Unlock()
+	}
+	if slow {
+		m.negatives(ctx, at)
+	}
+}
+
+// negatives scans the accounting counters for a negative value.
+func (m *monitor) negatives(ctx context.Context, at float64) {
+	rdb := m.w.RDB
+	for _, pattern := range []string{"acct:sub:*", "acct:job:*", "acct:folder:*", "acct:layer:*"} {
+		iter := rdb.Scan(ctx, 0, pattern, 500).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if len(keys) == 0 {
+			continue
+		}
+		pipe := rdb.Pipeline()
+		cmds := make([]interface{ Val() []any }, len(keys))
+		for i, k := range keys {
+			cmds[i] = pipe.HMGet(ctx, k, "int_cores", "int_gpus")
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			continue
+		}
+		for i, c := range cmds {
+			for _, v := range c.Val() {
+				s, _ := v.(string)
+				if n, err := strconv.ParseInt(s, 10, 64); err == nil && n < 0 {
+					m.mu.Lock()
+					m.negative++
+					m.example("at %.1fs %s counter %d", at, keys[i], n)
+					m.mu.Unlock()
+				}
+			}
+		}
+	}
+}
