@@ -211,9 +211,60 @@ type Outcome struct {
 	AllocFull bool
 }
 
+// Turn orders a pass's jobs at the host cache. A job's first host checkout
+// waits for Wait, and Done is called once that checkout has returned (or the
+// job ends without one): the jobs drawn first get the first pick of the free
+// hosts, while every job's queries and dispatches still overlap. Budget,
+// when positive, caps the frames the job may start in this pass below
+// FramesPerJob. The zero Turn waits for nothing.
+type Turn struct {
+	Wait   <-chan struct{}
+	Done   func()
+	Budget int
+}
+
+// turn is one Process call's use of its Turn.
+type turn struct {
+	t      Turn
+	waited bool
+	done   bool
+}
+
+// wait blocks until the job's turn (once); false if ctx ended first.
+func (t *turn) wait(ctx context.Context) bool {
+	if t.waited || t.t.Wait == nil {
+		t.waited = true
+		return true
+	}
+	select {
+	case <-t.t.Wait:
+		t.waited = true
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// pass hands the turn on (once).
+func (t *turn) pass() {
+	if !t.done {
+		t.done = true
+		if t.t.Done != nil {
+			t.t.Done()
+		}
+	}
+}
+
 // Process works one job of a cluster pass.
 func (m *Matcher) Process(ctx context.Context, c *clusters.Cluster, job jobs.Job) (Outcome, error) {
+	return m.ProcessInTurn(ctx, c, job, Turn{})
+}
+
+// ProcessInTurn is Process with the job's place in the pass's order.
+func (m *Matcher) ProcessInTurn(ctx context.Context, c *clusters.Cluster, job jobs.Job, order Turn) (Outcome, error) {
 	var out Outcome
+	t := &turn{t: order}
+	defer t.pass()
 	layers, err := jobs.Layers(ctx, m.db, jobs.LayerQuery{
 		JobID: job.ID, Tags: c.TagNames(), FramesPerLayer: m.cfg.FramesPerLayer, Exclude: m.backoff.Held(c.Key()),
 		Schema: m.cfg.Schema,
@@ -225,8 +276,8 @@ func (m *Matcher) Process(ctx context.Context, c *clusters.Cluster, job jobs.Job
 		if ctx.Err() != nil {
 			return out, ctx.Err()
 		}
-		if m.cfg.FramesPerJob > 0 {
-			left := m.cfg.FramesPerJob - out.Dispatched
+		if limit := m.frameLimit(order.Budget); limit > 0 {
+			left := limit - out.Dispatched
 			if left <= 0 {
 				m.m.jobBudgetSpent.Inc()
 				return out, nil
@@ -235,7 +286,7 @@ func (m *Matcher) Process(ctx context.Context, c *clusters.Cluster, job jobs.Job
 				l.Frames = l.Frames[:left]
 			}
 		}
-		r := m.processLayer(ctx, c, l)
+		r := m.processLayer(ctx, c, l, t)
 		out.Dispatched += r.dispatched
 		if r.worked {
 			out.Layers++
@@ -256,6 +307,14 @@ func (m *Matcher) Process(ctx context.Context, c *clusters.Cluster, job jobs.Job
 	return out, nil
 }
 
+// frameLimit is a job's frame budget for one pass (0 = none).
+func (m *Matcher) frameLimit(budget int) int {
+	if budget > 0 && (m.cfg.FramesPerJob <= 0 || budget < m.cfg.FramesPerJob) {
+		return budget
+	}
+	return m.cfg.FramesPerJob
+}
+
 type layerResult struct {
 	dispatched int
 	worked     bool
@@ -274,10 +333,15 @@ func (m *Matcher) selfish(l *jobs.Layer) bool {
 	return false
 }
 
-func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs.Layer) layerResult {
+func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs.Layer, t *turn) layerResult {
 	var r layerResult
 	tags := c.MatchingTags(l.Tags)
 	if len(tags) == 0 || len(l.Frames) == 0 {
+		return r
+	}
+	// Before the semaphore: a job waiting for its turn must not hold a slot
+	// the job ahead of it needs.
+	if !t.wait(ctx) {
 		return r
 	}
 	select {
@@ -320,6 +384,7 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 				return why == reserve.Fits
 			},
 		})
+		t.pass()
 		if errors.Is(err, ErrNoCandidate) {
 			m.m.noCandidate.Inc()
 			var nc *NoCandidateError

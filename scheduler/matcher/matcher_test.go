@@ -313,3 +313,63 @@ func TestProcessJobBudget(t *testing.T) {
 		t.Fatalf("no budget: %+v, want all 6 frames", out)
 	}
 }
+
+// A pass's turn caps a job's frames below the configured job budget, and a
+// job waits for its turn before its first checkout, then hands it on.
+func TestProcessInTurn(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 10)
+	// Two hosts: the turn passes on at the first job's checkout, while
+	// that host is still checked out for its dispatch.
+	h.host(16, "")
+	h.host(16, "")
+	m := matcher.New(h.pool, h.hosts, h.disp, matcher.Config{Attempts: 10, FramesPerLayer: 20, FramesPerJob: 5, Policy: h.policy},
+		matcher.Options{Registerer: prometheus.NewRegistry(), Backoff: h.backoff, Permits: h.permits})
+	first := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(4)}})
+	second := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(4)}})
+
+	// The second job's turn comes after the first's: started first, it
+	// must not book until the first job has had its pick.
+	gate := make(chan struct{})
+	handed := make(chan struct{})
+	type result struct {
+		out matcher.Outcome
+		err error
+	}
+	secondDone := make(chan result, 1)
+	go func() {
+		out, err := m.ProcessInTurn(context.Background(), h.cluster, second, matcher.Turn{Wait: gate, Budget: 2})
+		secondDone <- result{out, err}
+	}()
+	var bookedEarly int
+	out, err := m.ProcessInTurn(context.Background(), h.cluster, first,
+		matcher.Turn{Budget: 3, Done: func() {
+			// The second job started first but waits for this turn.
+			if err := h.pool.QueryRow(context.Background(), `SELECT count(*) FROM proc WHERE pk_job = $1`, second.ID).Scan(&bookedEarly); err != nil {
+				t.Error(err)
+			}
+			close(handed)
+			close(gate)
+		}})
+	if bookedEarly != 0 {
+		t.Fatalf("the second job booked %d frames before its turn", bookedEarly)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Dispatched != 3 {
+		t.Fatalf("first job: %+v, want its turn's budget of 3 frames", out)
+	}
+	select {
+	case <-handed:
+	default:
+		t.Fatal("the first job never handed its turn on")
+	}
+	r := <-secondDone
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.out.Dispatched != 2 {
+		t.Fatalf("second job: %+v, want its turn's budget of 2 frames", r.out)
+	}
+}

@@ -45,6 +45,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand"
 	"strconv"
 	"sync"
@@ -78,7 +79,7 @@ type Capacity interface {
 
 // Worker is what works the jobs of a pass (matcher.Matcher).
 type Worker interface {
-	Process(ctx context.Context, c *clusters.Cluster, job jobs.Job) (matcher.Outcome, error)
+	ProcessInTurn(ctx context.Context, c *clusters.Cluster, job jobs.Job, turn matcher.Turn) (matcher.Outcome, error)
 }
 
 // Config holds the loop's knobs.
@@ -160,6 +161,28 @@ func New(db jobs.DB, feed *clusters.Feed, worker Worker, cfg Config, o Options) 
 	}
 	return &Pipeline{db: db, feed: feed, worker: worker, cfg: cfg, gate: o.Gate, capacity: o.Capacity, booked: o.Booked, log: log.Named("pipeline"), m: newMetrics(o.Registerer),
 		draws: rand.New(rand.NewSource(seed))}
+}
+
+// LotteryFramesPerJob is the average frame budget of a lottery pass's job.
+const LotteryFramesPerJob = 5
+
+// LotteryBudgets splits a pass of perJob × len(js) frames across its jobs in
+// proportion to their effective priority (floored at 1), at least one frame
+// each. A lone job has no budget (0).
+func LotteryBudgets(js []jobs.Job, perJob int) []int {
+	out := make([]int, len(js))
+	if len(js) < 2 {
+		return out
+	}
+	var total float64
+	for _, j := range js {
+		total += float64(max(j.Effective, 1))
+	}
+	pass := float64(perJob * len(js))
+	for i, j := range js {
+		out[i] = max(int(math.Ceil(pass*float64(max(j.Effective, 1))/total)), 1)
+	}
+	return out
 }
 
 // draw names the next lottery draw.
@@ -311,7 +334,25 @@ func (p *Pipeline) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 		defer mu.Unlock()
 		return stop
 	}
-	for _, j := range js {
+	// With the lottery, the jobs take their first pick of the free hosts in
+	// draw order (a chain of turns), so a scarce slot goes to the job drawn
+	// first — the draw's odds — not to whichever query returned first; and
+	// each job's frames this pass are its weighted share of the pass, so the
+	// few slots of a saturated farm are split by priority, not all handed
+	// to the one job drawn first.
+	var budgets []int
+	if p.cfg.Lottery {
+		budgets = LotteryBudgets(js, LotteryFramesPerJob)
+	}
+	prev := make(chan struct{})
+	close(prev)
+	for i, j := range js {
+		var turn matcher.Turn
+		if p.cfg.Lottery {
+			next := make(chan struct{})
+			turn = matcher.Turn{Wait: prev, Done: func() { close(next) }, Budget: budgets[i]}
+			prev = next
+		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -323,7 +364,7 @@ func (p *Pipeline) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out, err := p.worker.Process(ctx, c, j)
+			out, err := p.worker.ProcessInTurn(ctx, c, j, turn)
 			p.m.jobsProcessed.Inc()
 			mu.Lock()
 			defer mu.Unlock()

@@ -400,12 +400,13 @@ func runLimit(ctx context.Context, w *World) error {
 		return err
 	}
 	w.RunTimes(time.Second, 2*time.Second)
-	if _, err := w.Seed.Limit(ctx, "nuke", 6); err != nil {
+	lim, err := w.Seed.Limit(ctx, "nuke", 6)
+	if err != nil {
 		return err
 	}
 	for i := 0; i < 2; i++ {
 		l := oneCore("comp", 300)
-		l.Limits = []string{"nuke"}
+		l.Limits = []string{lim}
 		if _, err := w.job(ctx, f.show, fmt.Sprintf("limited%d", i), 90, l); err != nil {
 			return err
 		}
