@@ -47,7 +47,7 @@ func TestAccountingAuditCLI(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	env := map[string]string{"CUESCHED_DATABASE_URL": dbURL, "CUESCHED_REDIS_URL": redisURL}
+	env := map[string]string{"CUESCHED_DATABASE_URL": dbURL, "CUESCHED_ACCOUNTING_REDIS_URL": redisURL}
 
 	// Empty Redis: drift (no bootstrap, no counters).
 	code, out, _ := runAccountingT(env, "audit")
@@ -97,7 +97,7 @@ func TestAccountingCLIUsage(t *testing.T) {
 		{[]string{"audit"}, nil, 2, "no database"},
 		{[]string{"audit", "--database-url", "postgres://x/y"}, nil, 2, "no Redis"},
 		{[]string{"audit", "--nope"}, nil, 2, "flag provided but not defined"},
-		{[]string{"audit", "extra"}, map[string]string{"CUESCHED_DATABASE_URL": "postgres://x/y", "CUESCHED_REDIS_URL": "redis://x:1/0"}, 2, `unexpected argument "extra"`},
+		{[]string{"audit", "extra"}, map[string]string{"CUESCHED_DATABASE_URL": "postgres://x/y", "CUESCHED_ACCOUNTING_REDIS_URL": "redis://x:1/0"}, 2, `unexpected argument "extra"`},
 		{[]string{"audit", "--redis-url", "http://x"}, map[string]string{"CUESCHED_DATABASE_URL": "postgres://x/y"}, 2, "redis url"},
 	} {
 		code, _, errOut := runAccountingT(c.env, c.args...)
