@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -47,12 +50,43 @@ func TestAccountingAuditCLI(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	env := map[string]string{"CUESCHED_DATABASE_URL": dbURL, "CUESCHED_REDIS_URL": redisURL}
+	env := map[string]string{"CUESCHED_DATABASE_URL": dbURL, "CUESCHED_ACCOUNTING_REDIS_URL": redisURL}
 
 	// Empty Redis: drift (no bootstrap, no counters).
 	code, out, _ := runAccountingT(env, "audit")
 	if code != 1 || !strings.Contains(out, "acct:epoch") || !strings.Contains(out, "KIND") {
 		t.Fatalf("audit of an empty Redis: code %d\n%s", code, out)
+	}
+
+	// The same settings from --config FILE (the daemons' file); the
+	// environment wins over the file and a flag over the environment.
+	dir := t.TempDir()
+	writeConfig := func(name, db, redis string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, fmt.Appendf(nil, "database:\n  url: %q\naccounting:\n  redis_url: %q\n", db, redis), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	const nowhere = "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"
+	good, stale := writeConfig("good.yaml", dbURL, redisURL), writeConfig("stale.yaml", nowhere, "redis://127.0.0.1:1/0")
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+	}{
+		{nil, []string{"audit", "--config", good}},
+		{env, []string{"audit", "--config", stale}},
+		{map[string]string{"CUESCHED_DATABASE_URL": nowhere, "CUESCHED_ACCOUNTING_REDIS_URL": redisURL}, []string{"audit", "--database-url", dbURL}},
+	} {
+		code, out, errOut := runAccountingT(tc.env, tc.args...)
+		if code != 1 || !strings.Contains(out, "acct:epoch") {
+			t.Errorf("%v (env %v): code %d, stderr %q\n%s", tc.args, tc.env, code, errOut, out)
+		}
+	}
+	// An unreachable database is named by where its URL came from.
+	code, _, errOut := runAccountingT(nil, "audit", "--config", stale)
+	if code != 1 || !strings.Contains(errOut, "database.url in "+stale) {
+		t.Errorf("unreachable database from the file: code %d, stderr %q", code, errOut)
 	}
 
 	rdb, err := publisher.NewClient(publisher.ClientConfig{URL: redisURL})
@@ -72,7 +106,7 @@ func TestAccountingAuditCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Flags win over the environment.
-	code, out, errOut := runAccountingT(map[string]string{}, "audit", "--database-url", dbURL, "--redis-url", redisURL)
+	code, out, errOut = runAccountingT(map[string]string{}, "audit", "--database-url", dbURL, "--redis-url", redisURL)
 	if code != 0 || !strings.Contains(out, "1 managed shows, 1 procs") || !strings.Contains(out, ": 0 differences") {
 		t.Fatalf("audit after bootstrap: code %d\n%s%s", code, out, errOut)
 	}
@@ -95,9 +129,10 @@ func TestAccountingCLIUsage(t *testing.T) {
 		{nil, nil, 2, "usage: cuesched accounting"},
 		{[]string{"bogus"}, nil, 2, `unknown subcommand "bogus"`},
 		{[]string{"audit"}, nil, 2, "no database"},
-		{[]string{"audit", "--database-url", "postgres://x/y"}, nil, 2, "no Redis"},
+		{[]string{"audit", "--database-url", "postgres://x/y"}, nil, 2, "no Redis: pass --redis-url URL (or --sentinel-master and --sentinel-addrs), set CUESCHED_ACCOUNTING_REDIS_URL"},
+		{[]string{"audit", "--config", "/nonexistent/cuesched.yaml"}, nil, 1, "/nonexistent/cuesched.yaml"},
 		{[]string{"audit", "--nope"}, nil, 2, "flag provided but not defined"},
-		{[]string{"audit", "extra"}, map[string]string{"CUESCHED_DATABASE_URL": "postgres://x/y", "CUESCHED_REDIS_URL": "redis://x:1/0"}, 2, `unexpected argument "extra"`},
+		{[]string{"audit", "extra"}, map[string]string{"CUESCHED_DATABASE_URL": "postgres://x/y", "CUESCHED_ACCOUNTING_REDIS_URL": "redis://x:1/0"}, 2, `unexpected argument "extra"`},
 		{[]string{"audit", "--redis-url", "http://x"}, map[string]string{"CUESCHED_DATABASE_URL": "postgres://x/y"}, 2, "redis url"},
 	} {
 		code, _, errOut := runAccountingT(c.env, c.args...)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -14,9 +13,21 @@ import (
 	"github.com/cuesched/cuesched/scheduler/demo"
 )
 
+const demoUsage = `usage: cuesched demo [--hosts N] [--frames N] [--until-drained] [--duration DURATION]
+                     [--run-time-min DURATION] [--run-time-max DURATION]
+                     [--log-level LEVEL] [--seed N]
+
+Runs an embedded farm: PostgreSQL and Redis started in a temp dir, the
+baseline schema and rollout migrations, a generated farm of render nodes
+behind a fake RQD, a sidecar and a scheduler, and shows frames flowing.
+Needs no configuration and connects to nothing outside. Ctrl-C stops it.
+
+exit status: 0 finished; 1 error; 2 bad usage.
+`
+
+// runDemo is "cuesched demo".
 func runDemo(ctx context.Context, c *cli, args []string) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	fs := newFlagSet(c, "cuesched demo", demoUsage)
 	hosts := fs.Int("hosts", 300, "render nodes in the farm")
 	frames := fs.Int("frames", 3000, "frames to render")
 	untilDrained := fs.Bool("until-drained", true, "stop when every frame of the managed shows is done")
@@ -25,12 +36,14 @@ func runDemo(ctx context.Context, c *cli, args []string) int {
 	rtMax := fs.Duration("run-time-max", 2*time.Second, "longest fake frame run time")
 	logLevel := fs.String("log-level", "warn", "component log level (logs go to stderr)")
 	seed := fs.Int64("seed", 1, "farm generator seed")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := fs.parse(args); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return fs.fail("unexpected argument %q", fs.Arg(0))
 	}
 	if *hosts < 1 || *frames < 1 {
-		fmt.Fprintln(c.stderr, "cuesched demo: --hosts and --frames must be at least 1")
-		return 2
+		return fs.fail("--hosts and --frames must be at least 1")
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()

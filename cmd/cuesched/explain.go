@@ -3,19 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/cuesched/cuesched/scheduler/explain"
-	"github.com/cuesched/cuesched/scheduler/rollout"
 )
 
-const explainUsage = `usage: cuesched explain [--database-url URL] [--json] [JOB [LAYER]]
+const explainUsage = `usage: cuesched explain [--json] [--timeout DURATION] [--config FILE] [--database-url URL]
+                        [JOB [LAYER]]
 
 Says why the waiting frames of a scheduler-managed show's job are not
 running: per layer, the first gate that holds them, in the order the
@@ -34,57 +30,39 @@ scheduler meets them, and the best host the layer would fit on.
   capacity    hosts fit a frame, none has the room free now
   flowing     nothing holds it: the next pass books it
 
-JOB and LAYER are names or ids; without JOB every pending job of every
-managed show is explained. Reads Postgres only (one query).
-
-flags:
+JOB and LAYER are names or ids (flags may come before or after them);
+without JOB every pending job of every managed show is explained. Reads
+Postgres only (one query).
 `
 
 // runExplain is "cuesched explain".
 func runExplain(ctx context.Context, c *cli, args []string) int {
-	const name = "cuesched explain"
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
-	dbURL := fs.String("database-url", "", "Cuebot PostgreSQL URL (default $CUESCHED_DATABASE_URL)")
+	fs := newFlagSet(c, "cuesched explain", explainUsage)
+	name := fs.name
+	cf := addConnFlags(fs, false)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
-	fs.Usage = func() {
-		fmt.Fprint(c.stdout, explainUsage)
-		fs.SetOutput(c.stdout)
-		fs.PrintDefaults()
-		fs.SetOutput(c.stderr)
+	pos, code, done := fs.parseInterleaved(args)
+	if done {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if len(pos) > 2 {
+		return fs.fail("unexpected argument %q", pos[2])
 	}
-	if fs.NArg() > 2 {
-		fmt.Fprintf(c.stderr, "%s: unexpected argument %q\n", name, fs.Arg(2))
-		return 2
-	}
-	job, layer := fs.Arg(0), fs.Arg(1)
-	db := envOr(c, *dbURL, "CUESCHED_DATABASE_URL")
-	if db == "" {
-		fmt.Fprintf(c.stderr, "%s: no database: pass --database-url or set CUESCHED_DATABASE_URL\n", name)
-		return 2
+	pos = append(pos, "", "")
+	job, layer := pos[0], pos[1]
+	v, code := cf.resolve(c, name, false)
+	if code != 0 {
+		return code
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	pcfg, err := pgxpool.ParseConfig(db)
-	if err != nil {
-		fmt.Fprintf(c.stderr, "%s: --database-url: %v\n", name, err)
-		return 2
+	cn, code := openConns(ctx, c, name, v, 1)
+	if code != 0 {
+		return code
 	}
-	pcfg.ConnConfig.RuntimeParams["application_name"] = rollout.AppName(rollout.RoleCLI, "")
-	pcfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
-		return 1
-	}
-	defer pool.Close()
+	defer cn.close()
+	pool := cn.pool
 	reps, err := explain.Layers(ctx, pool, job, layer)
 	if err != nil {
 		fmt.Fprintf(c.stderr, "%s: %v\n", name, err)

@@ -29,6 +29,13 @@ func TestExplainCLIUsage(t *testing.T) {
 	if code, _, errOut := runExplainT(nil, "a", "b", "c"); code != 2 || !strings.Contains(errOut, `unexpected argument "c"`) {
 		t.Errorf("extra argument: %d %s", code, errOut)
 	}
+	// Flags may follow JOB and LAYER (README: explain JOB LAYER --json).
+	if code, _, errOut := runExplainT(nil, "job", "layer", "--json"); code != 2 || !strings.Contains(errOut, "no database") {
+		t.Errorf("flag after the arguments: %d %s", code, errOut)
+	}
+	if code, _, errOut := runExplainT(nil, "a", "--json", "b", "c"); code != 2 || !strings.Contains(errOut, `unexpected argument "c"`) {
+		t.Errorf("extra argument between flags: %d %s", code, errOut)
+	}
 }
 
 // The command prints, per layer, the gate that holds it and the host it

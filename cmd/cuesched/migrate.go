@@ -12,95 +12,121 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-const migrateUsage = `usage: cuesched migrate plan|up|status [--database-url URL] [--baseline]
+// migrateGroup is "cuesched migrate": flags may come before or after the
+// subcommand ("migrate --database-url URL up" and "migrate up --database-url
+// URL").
+func migrateGroup() group {
+	return group{
+		name: "cuesched migrate",
+		intro: "Plans, applies or checks the rollout migrations of a Cuebot database.\n" +
+			"Flags may come before or after the subcommand.\n",
+		lead: func(fs *flag.FlagSet) { migrateFlags(newFlagSetOn(fs), true) },
+		subs: []subcommand{
+			{name: "plan", run: migrateAction("plan"), summary: `print the SQL "up" would run (nothing is changed)`},
+			{name: "up", run: migrateAction("up"), summary: "check the server (preflight) and apply the pending rollout steps"},
+			{name: "status", run: migrateAction("status"), summary: "report applied/pending steps and replication readiness; " +
+				"exits 1 when the database is not ready"},
+		},
+	}
+}
 
-  plan     print the SQL "up" would run (nothing is changed)
-  up       check the server (preflight) and apply the pending rollout steps
-  status   report applied/pending steps and replication readiness;
-           exits 1 when the database is not ready
-
-flags:
-  --database-url URL  PostgreSQL URL of the Cuebot database
-                      (default: $CUESCHED_DATABASE_URL)
-  --baseline          plan/up only: first create the Cuebot-compatible baseline
-                      schema and seed rows; refused unless the database is empty
-                      (for demos and tests, never for a real Cuebot database)
-`
-
-// runMigrate implements "cuesched migrate".
+// runMigrate is "cuesched migrate <subcommand>".
 func runMigrate(ctx context.Context, c *cli, args []string) int {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
-	fs.Usage = func() { fmt.Fprint(c.stderr, migrateUsage) }
-	dbURL := fs.String("database-url", "", "PostgreSQL URL of the Cuebot database")
-	baseline := fs.Bool("baseline", false, "create the baseline schema first (empty database only)")
+	return migrateGroup().run(ctx, c, args)
+}
 
-	// Accept flags before and after the action: "migrate --database-url X up"
-	// and "migrate up --database-url X".
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(c.stderr, "migrate: missing action (plan, up or status)")
-		fs.Usage()
-		return 2
-	}
-	action := fs.Arg(0)
-	if err := fs.Parse(fs.Args()[1:]); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(c.stderr, "migrate: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return 2
-	}
-	switch action {
-	case "plan", "up", "status":
-	default:
-		fmt.Fprintf(c.stderr, "migrate: unknown action %q (want plan, up or status)\n", action)
-		fs.Usage()
-		return 2
-	}
-	if *baseline && action == "status" {
-		fmt.Fprintln(c.stderr, "migrate: --baseline applies to plan and up, not status")
-		return 2
-	}
-	url := *dbURL
-	if url == "" {
-		url = c.getenv("CUESCHED_DATABASE_URL")
-	}
-	if url == "" {
-		fmt.Fprintln(c.stderr, "migrate: no database given: pass --database-url URL or set CUESCHED_DATABASE_URL")
-		return 2
-	}
+const baselineHelp = "first create the Cuebot-compatible baseline schema and seed rows; refused unless the database is empty (for demos and tests, never for a real Cuebot database)"
 
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		fmt.Fprintf(c.stderr, "migrate: connect to the database: %v\n", err)
-		return 1
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	log := c.logger.Named("migrate")
-	log.Debug("connected", "database", conn.Config().Database, "action", action)
-
+// migrateUsage is the usage text of a migrate action.
+func migrateUsage(action string) string {
 	switch action {
 	case "plan":
-		err = migratePlan(ctx, c.stdout, conn, *baseline)
+		return `usage: cuesched migrate plan [--baseline] [--config FILE] [--database-url URL]
+
+Prints the SQL "cuesched migrate up" would run, one block per pending step
+with its transaction mode. Nothing is changed. When up would stop at the
+preflight, the plan starts with a WARNING saying why.
+
+exit status: 0 printed; 1 error; 2 bad usage.
+`
 	case "up":
-		err = migrateUp(ctx, c.stdout, conn, *baseline)
-	case "status":
-		err = migrateStatus(ctx, c.stdout, conn)
+		return `usage: cuesched migrate up [--baseline] [--config FILE] [--database-url URL]
+
+Checks the server first (preflight: wal_level, replication slots and
+senders, the role's REPLICATION, the Cuebot tables) and, when it passes,
+applies the pending rollout steps, each in its own transaction unless
+marked, recording each in its own version table. Running it again applies
+nothing.
+
+exit status: 0 applied or nothing to apply; 1 the preflight failed (nothing
+was changed) or a step failed; 2 bad usage.
+`
+	default:
+		return `usage: cuesched migrate status [--config FILE] [--database-url URL]
+
+Reports the applied and pending rollout steps and whether the server is
+ready for cuesched (wal_level, slots, role, Cuebot tables, replica identity),
+saying what to change.
+
+exit status: 0 ready; 1 not ready or error; 2 bad usage.
+`
 	}
-	if err != nil {
-		var pf *migrations.PreflightError
-		if errors.As(err, &pf) {
-			fmt.Fprintf(c.stderr, "migrate %s: %v\nnothing was changed.\n", action, err)
-		} else {
-			fmt.Fprintf(c.stderr, "migrate %s: %v\n", action, err)
+}
+
+// migrateFlags adds the flags of a migrate action.
+func migrateFlags(fs *flagSet, withBaseline bool) (*connFlags, *bool) {
+	cf := addConnFlags(fs, false)
+	baseline := new(bool)
+	if withBaseline {
+		fs.BoolVar(baseline, "baseline", false, baselineHelp)
+	}
+	return cf, baseline
+}
+
+// migrateAction is "cuesched migrate plan|up|status".
+func migrateAction(action string) func(ctx context.Context, c *cli, args []string) int {
+	return func(ctx context.Context, c *cli, args []string) int {
+		fs := newFlagSet(c, "cuesched migrate "+action, migrateUsage(action))
+		name := fs.name
+		cf, baseline := migrateFlags(fs, action != "status")
+		if code, done := fs.parse(args); done {
+			return code
 		}
-		return 1
+		if fs.NArg() > 0 {
+			return fs.fail("unexpected argument %q", fs.Arg(0))
+		}
+		v, code := cf.resolve(c, name, false)
+		if code != 0 {
+			return code
+		}
+		conn, err := pgx.Connect(ctx, v.dbURL)
+		if err != nil {
+			fmt.Fprintf(c.stderr, "%s: connect to the database (%s): %v\n", name, v.source[keyDatabaseURL], err)
+			return 1
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		log := c.logger.Named("migrate")
+		log.Debug("connected", "database", conn.Config().Database, "action", action)
+
+		switch action {
+		case "plan":
+			err = migratePlan(ctx, c.stdout, conn, *baseline)
+		case "up":
+			err = migrateUp(ctx, c.stdout, conn, *baseline)
+		case "status":
+			err = migrateStatus(ctx, c.stdout, conn)
+		}
+		if err != nil {
+			var pf *migrations.PreflightError
+			if errors.As(err, &pf) {
+				fmt.Fprintf(c.stderr, "%s: %v\nnothing was changed.\n", name, err)
+			} else {
+				fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
+			}
+			return 1
+		}
+		return 0
 	}
-	return 0
 }
 
 func migratePlan(ctx context.Context, w io.Writer, conn *pgx.Conn, baseline bool) error {

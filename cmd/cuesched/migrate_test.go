@@ -207,10 +207,10 @@ func TestMigrateUsage(t *testing.T) {
 		code int
 		msg  string
 	}{
-		{nil, nil, 2, "missing action"},
-		{[]string{"sideways"}, nil, 2, `unknown action "sideways"`},
-		{[]string{"up"}, nil, 2, "pass --database-url URL or set CUESCHED_DATABASE_URL"},
-		{[]string{"status", "--baseline", "--database-url", "postgres://x/y"}, nil, 2, "--baseline applies to plan and up"},
+		{nil, nil, 2, "missing subcommand"},
+		{[]string{"sideways"}, nil, 2, `unknown subcommand "sideways"`},
+		{[]string{"up"}, nil, 2, "pass --database-url URL, set CUESCHED_DATABASE_URL"},
+		{[]string{"status", "--baseline", "--database-url", "postgres://x/y"}, nil, 2, "flag provided but not defined: -baseline"},
 		{[]string{"up", "extra", "--database-url", "postgres://x/y"}, nil, 2, `unexpected argument "extra"`},
 		{[]string{"up", "--nope"}, nil, 2, "flag provided but not defined: -nope"},
 		{[]string{"status"}, map[string]string{"CUESCHED_DATABASE_URL": "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}, 1, "connect to the database"},

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"strings"
 
@@ -23,34 +21,24 @@ launches it on RQD. Run one or more per facility; the accounting loops are
 leader-elected, frames are claimed with an optimistic lock.
 
 Configuration: the file's database, accounting, queue, host_cache,
-scheduler, rqd, logging and metrics sections, overridden by CUESCHED_*
-environment variables, overridden by these flags (see 'cuesched config').
+scheduler, rqd, logging and metrics sections, overridden by the environment
+variables CUESCHED_<SECTION>_<KEY>, overridden by these flags (see 'cuesched
+config' and README.md, Configuration).
 /metrics, /healthz and /readyz are served on metrics.listen. SIGTERM drains,
 SIGUSR1 toggles debug logging.
-
-flags:
 `
 
 // runScheduler is "cuesched scheduler".
 func runScheduler(ctx context.Context, c *cli, args []string) int {
-	fs := flag.NewFlagSet("cuesched scheduler", flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
-	configPath := fs.String("config", "", "configuration file (YAML); required")
+	fs := newFlagSet(c, "cuesched scheduler", schedulerUsage)
+	configPath := fs.String("config", "", "configuration `FILE` (YAML); required")
 	facility := fs.String("facility", "", "facility name (facility.str_name) to schedule; overrides scheduler.facility")
 	dryRun := fs.Bool("dry-run", false, "book in Postgres and Redis but never call RQD (overrides rqd.dry_run)")
-	fs.Usage = func() {
-		fmt.Fprint(c.stderr, schedulerUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, done := fs.parse(args); done {
+		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(c.stderr, "cuesched scheduler: unexpected argument %q\n", fs.Arg(0))
-		return 2
+		return fs.fail("unexpected argument %q", fs.Arg(0))
 	}
 	if strings.TrimSpace(*configPath) == "" {
 		fmt.Fprintln(c.stderr, "cuesched scheduler: --config FILE is required (print an annotated example with 'cuesched config')")

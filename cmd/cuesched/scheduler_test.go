@@ -40,7 +40,6 @@ func TestSchedulerCLIUsageAndErrors(t *testing.T) {
 	}{
 		{[]string{"--bogus"}, 2, "flag provided but not defined: -bogus"},
 		{[]string{"--config", empty, "extra"}, 2, `unexpected argument "extra"`},
-		{[]string{"--help"}, 0, "usage: cuesched scheduler --config FILE"},
 		{nil, 2, "--config FILE is required"},
 		{[]string{"--config", "/nonexistent/cuesched.yaml"}, 1, "/nonexistent/cuesched.yaml"},
 		{[]string{"--config", bad}, 1, "queue.layer_backof_min"},

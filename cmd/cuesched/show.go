@@ -2,31 +2,28 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/rollout"
 )
 
-const showUsage = `usage: cuesched show <subcommand> [flags]
+// showGroup is "cuesched show".
+func showGroup() group {
+	return group{name: "cuesched show", subs: []subcommand{
+		{name: "list", run: runShowList, summary: "every show: active, scheduler-managed, seeded in Redis, live procs " +
+			"and booked cores, and per subscription booked vs burst (Postgres and Redis)"},
+		{name: "set-managed", args: "<show> on|off", run: runShowSetManaged, summary: "move a show to the scheduler (on) " +
+			"or back to Cuebot (off), with preflight checks"},
+	}}
+}
 
-subcommands:
-  list                        every show: active, scheduler-managed, seeded in
-                              Redis, live procs and booked cores, and per
-                              subscription booked vs burst (Postgres and Redis)
-  set-managed <show> on|off   move a show to the scheduler (on) or back to
-                              Cuebot (off), with preflight checks
+// runShow is "cuesched show <subcommand>".
+func runShow(ctx context.Context, c *cli, args []string) int { return showGroup().run(ctx, c, args) }
 
-Run 'cuesched show <subcommand> -h' for its flags.
-`
-
-const showListUsage = `usage: cuesched show list [--database-url URL] [--redis-url URL] [--json]
+const showListUsage = `usage: cuesched show list [--json] [--config FILE] [--database-url URL] [--redis-url URL]
 
 Lists every show. CORES is SUM(proc.int_cores_reserved) in cores; under each
 show, one row per subscription: CORES booked by its non-local procs on hosts of
@@ -35,12 +32,10 @@ that allocation, SIZE and BURST from Postgres, and the Redis counter
 show's seeding marker in Redis: yes, no, stale (not managed but still marked),
 ? (Redis unreachable), - (no Redis given). Redis is optional here. When shows
 are managed but no sidecar streams this database's slot, a WARNING says so.
-
-flags:
 `
 
 const setManagedUsage = `usage: cuesched show set-managed <show> on|off [--wait DURATION] [--force]
-                            [--database-url URL] [--redis-url URL]
+                            [--config FILE] [--database-url URL] [--redis-url URL]
 
 Moves one show between Cuebot (off) and the scheduler (on) by flipping
 show.b_scheduler_managed in a single UPDATE. Running it again is harmless:
@@ -62,144 +57,31 @@ off: flips back and explains what happens to running frames and to the
 exit status: 0 flipped (or already so) and, when waiting, the scheduler did
 its part; 1 refused, unknown show, error, or the wait timed out (the flip then
 stays in effect: the message says what is missing); 2 bad usage.
-
-flags:
 `
-
-// runShow dispatches "cuesched show <subcommand>".
-func runShow(ctx context.Context, c *cli, args []string) int {
-	if len(args) == 0 {
-		fmt.Fprint(c.stderr, showUsage)
-		return 2
-	}
-	switch args[0] {
-	case "list":
-		return runShowList(ctx, c, args[1:])
-	case "set-managed":
-		return runShowSetManaged(ctx, c, args[1:])
-	case "-h", "--help", "help":
-		fmt.Fprint(c.stderr, showUsage)
-		return 0
-	}
-	fmt.Fprintf(c.stderr, "cuesched show: unknown subcommand %q\n\n%s", args[0], showUsage)
-	return 2
-}
-
-// connFlags are the connection flags every rollout command takes.
-type connFlags struct {
-	dbURL, redisURL, master, sentinels *string
-}
-
-func addConnFlags(fs *flag.FlagSet) connFlags {
-	return connFlags{
-		dbURL:     fs.String("database-url", "", "Cuebot PostgreSQL URL (default $CUESCHED_DATABASE_URL)"),
-		redisURL:  fs.String("redis-url", "", "accounting Redis URL, redis://host:port/db (default $CUESCHED_REDIS_URL, then $CUESCHED_ACCOUNTING_REDIS_URL)"),
-		master:    fs.String("sentinel-master", "", "Sentinel master name (instead of the address in --redis-url)"),
-		sentinels: fs.String("sentinel-addrs", "", "comma-separated Sentinel host:port list"),
-	}
-}
-
-// openTool connects to Postgres (required) and Redis (when given) and
-// returns the rollout tool and a cleanup. code is non-zero on failure (the
-// error is already printed).
-func openTool(ctx context.Context, c *cli, name string, f connFlags) (tool *rollout.Tool, cleanup func(), code int) {
-	db := envOr(c, *f.dbURL, "CUESCHED_DATABASE_URL")
-	if db == "" {
-		fmt.Fprintf(c.stderr, "%s: no database: pass --database-url or set CUESCHED_DATABASE_URL\n", name)
-		return nil, nil, 2
-	}
-	rd := envOr(c, *f.redisURL, "CUESCHED_REDIS_URL")
-	if rd == "" {
-		rd = c.getenv("CUESCHED_ACCOUNTING_REDIS_URL")
-	}
-	var addrs []string
-	for _, a := range strings.Split(*f.sentinels, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
-		}
-	}
-	pcfg, err := pgxpool.ParseConfig(db)
-	if err != nil {
-		fmt.Fprintf(c.stderr, "%s: database URL: %v\n", name, err)
-		return nil, nil, 2
-	}
-	if pcfg.ConnConfig.RuntimeParams["application_name"] == "" {
-		pcfg.ConnConfig.RuntimeParams["application_name"] = rollout.AppName(rollout.RoleCLI, "")
-	}
-	pcfg.MaxConns = 4
-	var pub *publisher.Publisher
-	var closers []func()
-	cleanup = func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-	}
-	if rd != "" || *f.master != "" {
-		rdb, err := publisher.NewClient(publisher.ClientConfig{URL: rd, MasterName: *f.master, SentinelAddrs: addrs, PoolSize: 4})
-		if err != nil {
-			fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
-			return nil, nil, 2
-		}
-		closers = append(closers, func() { _ = rdb.Close() })
-		if pub, err = publisher.New(rdb, publisher.Options{Logger: c.logger}); err != nil {
-			cleanup()
-			fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
-			return nil, nil, 1
-		}
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		cleanup()
-		fmt.Fprintf(c.stderr, "%s: database: %v\n", name, err)
-		return nil, nil, 1
-	}
-	closers = append(closers, pool.Close)
-	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	err = pool.Ping(pctx)
-	cancel()
-	if err != nil {
-		cleanup()
-		fmt.Fprintf(c.stderr, "%s: connect to the database: %v\n", name, err)
-		return nil, nil, 1
-	}
-	tool, err = rollout.New(pool, rollout.Options{Publisher: pub, Logger: c.logger})
-	if err != nil {
-		cleanup()
-		fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
-		return nil, nil, 1
-	}
-	return tool, cleanup, 0
-}
 
 // runShowList is "cuesched show list".
 func runShowList(ctx context.Context, c *cli, args []string) int {
-	const name = "cuesched show list"
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
-	cf := addConnFlags(fs)
+	fs := newFlagSet(c, "cuesched show list", showListUsage)
+	cf := addConnFlags(fs, true)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	fs.Usage = func() {
-		fmt.Fprint(c.stderr, showListUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, done := fs.parse(args); done {
+		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(c.stderr, "%s: unexpected argument %q\n", name, fs.Arg(0))
-		return 2
+		return fs.fail("unexpected argument %q", fs.Arg(0))
 	}
-	tool, cleanup, code := openTool(ctx, c, name, cf)
+	v, code := cf.resolve(c, fs.name, false)
+	if code != 0 {
+		return code
+	}
+	tool, cleanup, code := openTool(ctx, c, fs.name, v)
 	if code != 0 {
 		return code
 	}
 	defer cleanup()
 	list, err := tool.ListShows(ctx)
 	if err != nil {
-		fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(c.stderr, "%s: %v\n", fs.name, err)
 		return 1
 	}
 	if *asJSON {
@@ -208,7 +90,7 @@ func runShowList(ctx context.Context, c *cli, args []string) int {
 		err = list.Write(c.stdout)
 	}
 	if err != nil {
-		fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(c.stderr, "%s: %v\n", fs.name, err)
 		return 1
 	}
 	return 0
@@ -216,36 +98,18 @@ func runShowList(ctx context.Context, c *cli, args []string) int {
 
 // runShowSetManaged is "cuesched show set-managed <show> on|off".
 func runShowSetManaged(ctx context.Context, c *cli, args []string) int {
-	const name = "cuesched show set-managed"
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
-	cf := addConnFlags(fs)
+	fs := newFlagSet(c, "cuesched show set-managed", setManagedUsage)
+	name := fs.name
+	cf := addConnFlags(fs, true)
 	wait := fs.Duration("wait", 0, "how long to wait for the scheduler to seed the show (on) or close it (off); 0 = do not wait (default 60s for on, 0 for off)")
 	force := fs.Bool("force", false, "flip even if a preflight check fails (the missing sidecar, Redis or rollout)")
-	fs.Usage = func() {
-		fmt.Fprint(c.stderr, setManagedUsage)
-		fs.PrintDefaults()
-	}
 	// Flags may come before, between and after the two arguments.
-	var pos []string
-	rest := args
-	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
-			}
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		rest = fs.Args()[1:]
+	pos, code, done := fs.parseInterleaved(args)
+	if done {
+		return code
 	}
 	if len(pos) != 2 {
-		fmt.Fprintf(c.stderr, "%s: want a show name and on or off, got %d argument(s)\n", name, len(pos))
-		fs.Usage()
-		return 2
+		return fs.fail("want a show name and on or off, got %d argument(s)", len(pos))
 	}
 	show, state := pos[0], strings.ToLower(pos[1])
 	var on bool
@@ -254,8 +118,7 @@ func runShowSetManaged(ctx context.Context, c *cli, args []string) int {
 		on = true
 	case "off", "false", "no":
 	default:
-		fmt.Fprintf(c.stderr, "%s: %q is not on or off\n", name, pos[1])
-		return 2
+		return fs.fail("%q is not on or off", pos[1])
 	}
 	waitSet := false
 	fs.Visit(func(f *flag.Flag) {
@@ -267,11 +130,14 @@ func runShowSetManaged(ctx context.Context, c *cli, args []string) int {
 		*wait = 60 * time.Second
 	}
 	if *wait < 0 {
-		fmt.Fprintf(c.stderr, "%s: --wait %s is negative\n", name, *wait)
-		return 2
+		return fs.fail("--wait %s is negative", *wait)
 	}
 
-	tool, cleanup, code := openTool(ctx, c, name, cf)
+	v, code := cf.resolve(c, name, false)
+	if code != 0 {
+		return code
+	}
+	tool, cleanup, code := openTool(ctx, c, name, v)
 	if code != 0 {
 		return code
 	}

@@ -38,7 +38,7 @@ func newROFarm(t *testing.T) *roFarm {
 	t.Helper()
 	ctx := context.Background()
 	f := &roFarm{db: migrationstest.Database(t), redis: testenv.NewRedisDB(t)}
-	f.env = map[string]string{"CUESCHED_DATABASE_URL": f.db, "CUESCHED_REDIS_URL": f.redis}
+	f.env = map[string]string{"CUESCHED_DATABASE_URL": f.db, "CUESCHED_ACCOUNTING_REDIS_URL": f.redis}
 	var err error
 	if f.pool, err = pgxpool.New(ctx, f.db); err != nil {
 		t.Fatal(err)
@@ -171,7 +171,6 @@ func TestShowCLIUsage(t *testing.T) {
 		msg  string
 	}{
 		{nil, 2, "usage: cuesched show"},
-		{[]string{"help"}, 0, "set-managed <show> on|off"},
 		{[]string{"frobnicate"}, 2, `unknown subcommand "frobnicate"`},
 		{[]string{"list", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"set-managed"}, 2, "want a show name and on or off, got 0"},
@@ -179,13 +178,18 @@ func TestShowCLIUsage(t *testing.T) {
 		{[]string{"set-managed", "alpha", "maybe"}, 2, `"maybe" is not on or off`},
 		{[]string{"set-managed", "alpha", "on", "x"}, 2, "got 3 argument(s)"},
 		{[]string{"set-managed", "alpha", "on", "--wait", "-1s"}, 2, "is negative"},
-		{[]string{"set-managed", "-h"}, 0, "exit status"},
 		{[]string{"list", "--bogus"}, 2, "flag provided but not defined"},
 	} {
 		code, _, errOut := runShowT(env, tc.args...)
 		if code != tc.code || !strings.Contains(errOut, tc.msg) {
 			t.Errorf("show %v: code %d (want %d), stderr lacks %q:\n%s", tc.args, code, tc.code, tc.msg, errOut)
 		}
+	}
+	if code, out, errOut := runShowT(env, "help"); code != 0 || !strings.Contains(out, "set-managed <show> on|off") || errOut != "" {
+		t.Errorf("help: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := runShowT(env, "set-managed", "-h"); code != 0 || !strings.Contains(out, "exit status") || errOut != "" {
+		t.Errorf("set-managed -h: %d %q %q", code, out, errOut)
 	}
 	if code, _, errOut := runShowT(map[string]string{}, "list"); code != 2 || !strings.Contains(errOut, "no database") {
 		t.Errorf("no database: %d %s", code, errOut)

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"time"
 
@@ -23,31 +21,21 @@ release to Redis exactly once; forwards cap changes of managed shows. Several
 sidecars may run against one database: one streams, the others stand by.
 
 Configuration: the file's database, accounting (Redis), sidecar, logging and
-metrics sections, overridden by CUESCHED_* environment variables (see
-'cuesched config'). /metrics, /healthz and /readyz are served on metrics.listen.
-
-flags:
+metrics sections (defaults without a file), overridden by the environment
+variables CUESCHED_<SECTION>_<KEY> (see 'cuesched config' and README.md,
+Configuration). /metrics, /healthz and /readyz are served on metrics.listen.
 `
 
 // runSidecar is "cuesched sidecar".
 func runSidecar(ctx context.Context, c *cli, args []string) int {
-	fs := flag.NewFlagSet("cuesched sidecar", flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
-	configPath := fs.String("config", "", "configuration file (YAML); defaults and CUESCHED_* environment variables apply without one")
+	fs := newFlagSet(c, "cuesched sidecar", sidecarUsage)
+	configPath := fs.String("config", "", "configuration `FILE` (YAML); without one, the defaults and the environment variables apply")
 	createSlot := fs.Bool("create-slot", false, "create the replication slot if it is missing (same as sidecar.create_slot: true)")
-	fs.Usage = func() {
-		fmt.Fprint(c.stderr, sidecarUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, done := fs.parse(args); done {
+		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(c.stderr, "cuesched sidecar: unexpected argument %q\n", fs.Arg(0))
-		return 2
+		return fs.fail("unexpected argument %q", fs.Arg(0))
 	}
 	cfg, err := config.Load(*configPath, c.getenv)
 	if err != nil {

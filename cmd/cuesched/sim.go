@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -22,19 +20,16 @@ a temp dir), with a fake RQD and a Cuebot emulator. Each scenario measures
 values against thresholds (PASS/FAIL) and checks the global invariants (no
 frame launched twice, no host over its resources, no cap exceeded, no
 accounting drift). Variants re-run a scenario with round 1's behaviour for
-comparison; only the default run is judged.
+comparison; only the default run is judged. Connects to nothing outside.
 
 exit status: 0 every judged scenario passed; 1 one failed or errored; 2 bad
 usage.
-
-flags:
 `
 
 // runSim is "cuesched sim".
 func runSim(ctx context.Context, c *cli, args []string) int {
-	const name = "cuesched sim"
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	fs := newFlagSet(c, "cuesched sim", simUsage)
+	name := fs.name
 	scenario := fs.String("scenario", "all", "scenario name, a comma-separated list, or all")
 	seed := fs.Int64("seed", 1, "seed of farm shapes, run times and the scheduler's lottery")
 	scale := fs.Float64("scale", 1, "multiplies farm sizes and load")
@@ -45,21 +40,11 @@ func runSim(ctx context.Context, c *cli, args []string) int {
 	noVariants := fs.Bool("no-variants", false, "skip the round-1 comparison runs")
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	verbose := fs.Bool("v", false, "print the components' logs")
-	fs.Usage = func() {
-		fmt.Fprint(c.stdout, simUsage)
-		fs.SetOutput(c.stdout)
-		fs.PrintDefaults()
-		fs.SetOutput(c.stderr)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, done := fs.parse(args); done {
+		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(c.stderr, "%s: unexpected argument %q\n", name, fs.Arg(0))
-		return 2
+		return fs.fail("unexpected argument %q", fs.Arg(0))
 	}
 	if *list {
 		for _, s := range sim.Scenarios() {
@@ -68,8 +53,7 @@ func runSim(ctx context.Context, c *cli, args []string) int {
 		return 0
 	}
 	if *scale <= 0 || *schedulers < 1 || *hosts < 0 {
-		fmt.Fprintf(c.stderr, "%s: --scale must be > 0, --schedulers >= 1, --hosts >= 0\n", name)
-		return 2
+		return fs.fail("--scale must be > 0, --schedulers >= 1, --hosts >= 0")
 	}
 	var picked []sim.Scenario
 	if strings.EqualFold(*scenario, "all") {

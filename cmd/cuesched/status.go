@@ -2,15 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"time"
 
 	"github.com/cuesched/cuesched/scheduler/rollout"
 )
 
-const statusUsage = `usage: cuesched status [--database-url URL] [--redis-url URL] [--json] [--no-audit]
+const statusUsage = `usage: cuesched status [--json] [--no-audit] [--timeout DURATION] [--config FILE]
+                       [--database-url URL] [--redis-url URL]
 
 Reports, for one Cuebot database:
   - the rollout state (cuesched migrate status in one line);
@@ -29,36 +28,29 @@ incomplete, managed shows without an active sidecar slot, no loop leader
 while shows are managed, Redis unreachable or not bootstrapped, an unseeded
 managed show, drift, an inactive sidecar slot holding WAL) or on error; 2 bad
 usage. What needs attention is listed at the end.
-
-flags:
 `
 
 // runStatus is "cuesched status".
 func runStatus(ctx context.Context, c *cli, args []string) int {
-	const name = "cuesched status"
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
-	cf := addConnFlags(fs)
+	fs := newFlagSet(c, "cuesched status", statusUsage)
+	name := fs.name
+	cf := addConnFlags(fs, true)
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	noAudit := fs.Bool("no-audit", false, "skip the Redis/Postgres drift audit (it reads every proc of the managed shows)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
-	fs.Usage = func() {
-		fmt.Fprint(c.stderr, statusUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, done := fs.parse(args); done {
+		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(c.stderr, "%s: unexpected argument %q\n", name, fs.Arg(0))
-		return 2
+		return fs.fail("unexpected argument %q", fs.Arg(0))
+	}
+	v, code := cf.resolve(c, name, false)
+	if code != 0 {
+		return code
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	tool, cleanup, code := openTool(ctx, c, name, cf)
+	tool, cleanup, code := openTool(ctx, c, name, v)
 	if code != 0 {
 		return code
 	}

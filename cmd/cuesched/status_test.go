@@ -21,8 +21,8 @@ func TestStatusCLIUsage(t *testing.T) {
 	if code, _, errOut := runStatusT(map[string]string{}); code != 2 || !strings.Contains(errOut, "no database") {
 		t.Errorf("no database: %d %s", code, errOut)
 	}
-	if code, _, errOut := runStatusT(map[string]string{}, "-h"); code != 0 || !strings.Contains(errOut, "exit status: 0 when nothing needs attention") {
-		t.Errorf("help: %d %s", code, errOut)
+	if code, out, errOut := runStatusT(map[string]string{}, "-h"); code != 0 || !strings.Contains(out, "exit status: 0 when nothing needs attention") {
+		t.Errorf("help: %d %s%s", code, out, errOut)
 	}
 }
 

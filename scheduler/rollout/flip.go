@@ -125,7 +125,7 @@ func (t *Tool) Preflight(ctx context.Context, show Show, on bool) (*Preflight, e
 	rs := t.probeRedis(ctx)
 	switch {
 	case !rs.Configured:
-		add(Check{Name: CheckRedis, Blocking: true, Forcible: true, Detail: "no Redis given (--redis-url or $CUESCHED_REDIS_URL): cannot check that the scheduler can seed the show"})
+		add(Check{Name: CheckRedis, Blocking: true, Forcible: true, Detail: "no Redis given (--redis-url, $CUESCHED_ACCOUNTING_REDIS_URL or accounting.redis_url in --config): cannot check that the scheduler can seed the show"})
 	case !rs.Reachable:
 		add(Check{Name: CheckRedis, Blocking: true, Forcible: true, Detail: "Redis unreachable (" + rs.Error + "): the scheduler cannot seed or book the show"})
 	default:
