@@ -42,6 +42,7 @@ func commands() map[string]command {
 		"status":     {"instances, loop leader, slot lag, managed shows, drift", runStatus},
 		"explain":    {"why a job's frames are waiting: the gate per layer, the best host", runExplain},
 		"sim":        {"run the verify battery: farm-scale scheduling scenarios with PASS/FAIL", runSim},
+		"fake-rqd":   {"answer RQD calls for every host, to rehearse a rollout on a staging database", runFakeRQD},
 		"demo":       {"run an embedded farm (Postgres, Redis, fake RQD) and watch frames flow", runDemo},
 		"config":     {"print the annotated example configuration", runConfig},
 		"version":    {"print the version", runVersion},
