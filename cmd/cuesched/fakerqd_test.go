@@ -304,6 +304,15 @@ func TestFakeRQDCompletesThroughCuebotTables(t *testing.T) {
 	if idle != 1500 {
 		t.Errorf("host idle cores %d after one of two procs was released, want 1500", idle)
 	}
+	// Its connections are named for "cuesched status".
+	var named int
+	if err := f.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name LIKE 'cuesched-fake-rqd/%'`).Scan(&named); err != nil {
+		t.Fatal(err)
+	}
+	if named == 0 {
+		t.Error("no connection named cuesched-fake-rqd/<instance> in pg_stat_activity")
+	}
 	if code := r.stop(t); code != 0 {
 		t.Fatalf("exit code %d; stderr:\n%s", code, r.errb.String())
 	}
