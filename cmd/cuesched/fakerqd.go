@@ -29,8 +29,8 @@ const fakeRQDUsage = `usage: cuesched fake-rqd [--listen ADDR] [--hosts NAME,NAM
                         [--metrics-listen ADDR] [--log-level LEVEL] [--log-format text|json]
 
 A stand-in for every RQD of a farm, to rehearse a rollout on a staging copy
-of a Cuebot database without render nodes. NOT for production: it starts
-nothing, it only pretends.
+of a Cuebot database without render nodes. NOT for production: no frame
+really runs anywhere.
 
 One gRPC server answers rqd.RqdInterface for any render host (or only the
 --hosts given; the others answer UNAVAILABLE, like a host that is down).
