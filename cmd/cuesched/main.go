@@ -44,6 +44,7 @@ func commands() map[string]command {
 		"status":     {summary: "instances, loop leader, slot lag, managed shows, drift", run: runStatus},
 		"explain":    {summary: "why a job's frames are waiting: the gate per layer, the best host", run: runExplain},
 		"sim":        {summary: "run the verify battery: farm-scale scheduling scenarios with PASS/FAIL", run: runSim},
+		"fake-rqd":   {summary: "answer RQD calls for every host, to rehearse a rollout on a staging database", run: runFakeRQD},
 		"demo":       {summary: "run an embedded farm (Postgres, Redis, fake RQD) and watch frames flow", run: runDemo},
 		"config":     {summary: "print the annotated example configuration", run: runConfig},
 		"version":    {summary: "print the version", run: runVersion},

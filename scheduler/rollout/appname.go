@@ -13,6 +13,9 @@ const (
 	// RoleSidecar is the release publisher (its pool and its replication
 	// connection).
 	RoleSidecar = "sidecar"
+	// RoleFakeRQD is "cuesched fake-rqd --complete" writing completions
+	// into a rehearsal database; Status lists it like any instance.
+	RoleFakeRQD = "fake-rqd"
 	// RoleCLI is the operator tooling itself ("cuesched show", "cuesched
 	// status"); Status leaves it out of the instance list.
 	RoleCLI = "cli"

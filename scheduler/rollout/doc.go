@@ -13,6 +13,7 @@
 //
 //	cuesched-scheduler/<instance>   scheduler (RoleScheduler)
 //	cuesched-sidecar/<instance>     sidecar (RoleSidecar)
+//	cuesched-fake-rqd/<instance>    rehearsal fake RQD (RoleFakeRQD)
 //	cuesched-cli                    these commands (RoleCLI, not listed)
 //
 // <instance> is scheduler.instance_name (default host name and pid) or the

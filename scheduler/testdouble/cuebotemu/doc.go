@@ -60,7 +60,7 @@
 //   - Release is the unbook transaction alone (Cuebot unbookProc).
 //   - KillFrame is Cuebot clearing a running frame (the lost-proc path with
 //     exit status 299, FRAME_CLEARED): release the proc, then the frame back
-//     to WAITING.
+//     to WAITING. ClearProc does the same for the frame of a given proc.
 //   - HostDown is Cuebot losing a host: host_stat DOWN, then every proc of
 //     the host released and its frame returned to WAITING with exit status
 //     399 (DOWN_HOST).

@@ -750,6 +750,26 @@ func (e *Emulator) KillFrame(ctx context.Context, frameID string) error {
 	return nil
 }
 
+// ClearProc is KillFrame for the frame of one proc, named by the proc id
+// (RQD's resource id): the proc is released and its frame, if it still runs
+// one, goes back to WAITING with exit status 299 (FRAME_CLEARED). A proc
+// that no longer exists gives ErrNotFound and changes nothing, so a frame
+// that completed meanwhile is left alone.
+func (e *Emulator) ClearProc(ctx context.Context, procID string) error {
+	p, err := loadProc(ctx, e.pool, procID)
+	if err != nil {
+		return err
+	}
+	if p == nil {
+		return fmt.Errorf("%w: proc %s", ErrNotFound, procID)
+	}
+	if err := e.lostProc(ctx, p, ExitFrameCleared); err != nil {
+		return err
+	}
+	e.killed.Add(1)
+	return nil
+}
+
 // HostDown is Cuebot losing a render host: host_stat goes DOWN and every
 // proc of the host is released, its frame returned to WAITING with exit
 // status 399 (DOWN_HOST). host is a host id or name. It returns how many

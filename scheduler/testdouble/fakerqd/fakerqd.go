@@ -2,7 +2,8 @@
 // It is not production code and must only be imported from tests and test
 // tools.
 //
-// One Server is a single gRPC server on 127.0.0.1 that serves
+// One Server is a single gRPC server (on a free 127.0.0.1 port unless
+// Config.Listen names an address) that serves
 // rqd.RqdInterface for any number of render hosts. A real dispatcher dials
 // "<host name>:8444" for every host; to aim all of those connections at one
 // fake, dial Server.Resolve(hostName) (which is simply Server.Addr()) and
@@ -173,6 +174,17 @@ type Config struct {
 	// may call back into the Server. Frames still running when Stop is
 	// called never complete.
 	OnComplete func(FrameCompletion)
+	// OnLaunch, if set, is called once for every LaunchFrame call, refused
+	// ones included, after the answer is decided and before it is sent. It
+	// runs on the call's goroutine without any lock held; a frame that runs
+	// for no time may complete before OnLaunch is called.
+	OnLaunch func(Launch)
+	// Listen is the TCP address to serve on; empty means a free port on
+	// 127.0.0.1.
+	Listen string
+	// NoHistory keeps Launches and Completions empty, for a long-running
+	// fake whose history would only grow (DoubleLaunches still works).
+	NoHistory bool
 }
 
 // Launch records one LaunchFrame call.
@@ -234,6 +246,8 @@ type Server struct {
 	lis        net.Listener
 	grpc       *grpc.Server
 	onComplete func(FrameCompletion)
+	onLaunch   func(Launch)
+	noHistory  bool
 	bootTime   time.Time
 	serveErr   chan error
 
@@ -249,15 +263,22 @@ type Server struct {
 	callbacks   sync.WaitGroup // OnComplete calls in flight
 }
 
-// Start listens on a free 127.0.0.1 port and serves until Stop.
+// Start listens on Config.Listen (default a free 127.0.0.1 port) and serves
+// until Stop.
 func Start(cfg Config) (*Server, error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := cfg.Listen
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("fakerqd: listen: %w", err)
+		return nil, fmt.Errorf("fakerqd: listen on %s: %w", addr, err)
 	}
 	s := &Server{
 		lis:        lis,
 		onComplete: cfg.OnComplete,
+		onLaunch:   cfg.OnLaunch,
+		noHistory:  cfg.NoHistory,
 		bootTime:   time.Now(),
 		serveErr:   make(chan error, 1),
 		def:        cfg.Default,
@@ -284,7 +305,7 @@ func Start(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Addr is the server's "127.0.0.1:port" address.
+// Addr is the server's listening address ("127.0.0.1:port" by default).
 func (s *Server) Addr() string { return s.lis.Addr().String() }
 
 // Resolve maps a render host name to the address to dial for it: always
@@ -355,6 +376,13 @@ func (s *Server) Running(host string) []*rqdpb.RunFrame {
 		rfs = append(rfs, proto.Clone(f.rf).(*rqdpb.RunFrame))
 	}
 	return rfs
+}
+
+// RunningCount is the number of frames running on all hosts.
+func (s *Server) RunningCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.running)
 }
 
 // runningOn returns the frames running on host (all hosts if empty),
@@ -486,7 +514,9 @@ func (s *Server) finish(f *runningFrame, killed bool, killMessage string) {
 		ExitSignal: c.ExitSignal,
 		RunTime:    int32(math.Round(c.RunTime.Seconds())),
 	}
-	s.completions = append(s.completions, c)
+	if !s.noHistory {
+		s.completions = append(s.completions, c)
+	}
 	if s.onComplete == nil {
 		s.mu.Unlock()
 		return

@@ -600,3 +600,47 @@ func TestStop(t *testing.T) {
 		t.Error("listener still open after Stop")
 	}
 }
+
+// OnLaunch sees every LaunchFrame call, refused ones too; NoHistory keeps
+// the history empty; Listen picks the address; RunningCount counts.
+func TestOnLaunchNoHistoryListen(t *testing.T) {
+	var mu sync.Mutex
+	var seen []fakerqd.Launch
+	h := start(t, fakerqd.Config{
+		Listen:    "127.0.0.1:0",
+		NoHistory: true,
+		Default:   fakerqd.Behavior{RunTime: time.Hour},
+		Hosts:     map[string]fakerqd.Behavior{"down": {Mode: fakerqd.Unreachable}},
+		OnLaunch: func(l fakerqd.Launch) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, l)
+		},
+	})
+	rf := newFrame(100)
+	h.mustLaunch(t, "up", rf)
+	wantCode(t, h.launch(t, "down", newFrame(100)), codes.Unavailable)
+	wantCode(t, h.launch(t, "up", rf), codes.InvalidArgument)
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 3 {
+		t.Fatalf("OnLaunch saw %d calls, want 3", len(seen))
+	}
+	want := []struct {
+		host    string
+		code    codes.Code
+		started bool
+	}{{"up", codes.OK, true}, {"down", codes.Unavailable, false}, {"up", codes.InvalidArgument, false}}
+	for i, w := range want {
+		if l := seen[i]; l.Host != w.host || l.Code != w.code || l.Started != w.started || l.RunFrame.GetFrameId() == "" {
+			t.Errorf("launch %d: host %q code %v started %v; want %q %v %v", i, l.Host, l.Code, l.Started, w.host, w.code, w.started)
+		}
+	}
+	if n := len(h.fake.Launches()); n != 0 {
+		t.Errorf("NoHistory kept %d launches", n)
+	}
+	if n := h.fake.RunningCount(); n != 1 {
+		t.Errorf("RunningCount %d, want 1", n)
+	}
+}

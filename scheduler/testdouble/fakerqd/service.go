@@ -67,7 +67,19 @@ func (svc *service) LaunchFrame(ctx context.Context, req *rqdpb.RqdStaticLaunchF
 		s.record(Launch{RunFrame: rf, At: at, Code: status.Code(err)})
 		return nil, err
 	}
+	l, reply := s.launch(host, b, rf, at)
+	if s.onLaunch != nil {
+		s.onLaunch(l)
+	}
+	if reply != nil {
+		return nil, reply
+	}
+	return &rqdpb.RqdStaticLaunchFrameResponse{}, nil
+}
 
+// launch decides a LaunchFrame for host, starts the frame if it runs and
+// records the call.
+func (s *Server) launch(host string, b Behavior, rf *rqdpb.RunFrame, at time.Time) (Launch, error) {
 	reply, start := decide(host, b, rf)
 	var f *runningFrame
 	if start {
@@ -105,11 +117,13 @@ func (svc *service) LaunchFrame(ctx context.Context, req *rqdpb.RqdStaticLaunchF
 	if errors.Is(reply, errGarbage) {
 		code = codes.Internal
 	}
-	s.launches = append(s.launches, Launch{Host: host, RunFrame: rf, At: at, Code: code, Started: f != nil})
-	if reply != nil {
-		return nil, reply
+	l := Launch{Host: host, RunFrame: rf, At: at, Code: code, Started: f != nil}
+	if !s.noHistory {
+		// Recorded under the lock that started the frame, so the launch
+		// is in the history before its completion can be.
+		s.launches = append(s.launches, l)
 	}
-	return &rqdpb.RqdStaticLaunchFrameResponse{}, nil
+	return l, reply
 }
 
 // decide returns the error the client will see for a launch on a host with
@@ -134,10 +148,16 @@ func decide(host string, b Behavior, rf *rqdpb.RunFrame) (reply error, start boo
 	return nil, true
 }
 
+// record keeps l in the history and hands it to OnLaunch.
 func (s *Server) record(l Launch) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.launches = append(s.launches, l)
+	if !s.noHistory {
+		s.launches = append(s.launches, l)
+	}
+	s.mu.Unlock()
+	if s.onLaunch != nil {
+		s.onLaunch(l)
+	}
 }
 
 // validate applies the checks both real RQDs make before accepting a frame.
