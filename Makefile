@@ -9,7 +9,7 @@ VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 REVISION  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 
-.PHONY: all deps build test stress demo bench faults lint proto clean
+.PHONY: all deps build test stress demo bench verify faults lint proto clean
 
 all: build
 
@@ -35,6 +35,13 @@ demo: deps build
 
 bench: deps build
 	$(GO) run ./bench/cmd/report
+
+# The verify battery: every `cuesched sim` scenario (and its comparison
+# variants) against an embedded farm; writes verify/report.md, report.json
+# and the fill charts, and fails if any judged scenario fails.
+# VERIFY_FLAGS passes more flags (e.g. --seed 7 --scale 2).
+verify: deps build
+	./bin/cuesched sim --scenario all --out verify $(VERIFY_FLAGS)
 
 # The full fault and bad-input suite (scheduler/faults): every fault
 # randomized and repeated, the chaos run, and every bad-input case. Its fast

@@ -21,7 +21,9 @@ type monitor struct {
 
 	mu       sync.Mutex
 	samplers []func(ctx context.Context, t float64)
-	prev     map[string]int64
+	prev     map[string]int64 // use per cap at the last cap sample
+	prevCap  map[string]int64
+	capRuns  int
 	hostOver int
 	capOver  int
 	negative int
@@ -33,7 +35,9 @@ type monitorSnapshot struct {
 	examples                    []string
 }
 
-func newMonitor(w *World) *monitor { return &monitor{w: w, prev: map[string]int64{}} }
+func newMonitor(w *World) *monitor {
+	return &monitor{w: w, prev: map[string]int64{}, prevCap: map[string]int64{}}
+}
 
 func (m *monitor) add(f func(ctx context.Context, t float64)) {
 	m.mu.Lock()
@@ -126,7 +130,11 @@ func (m *monitor) sample(ctx context.Context, at float64, slow bool) {
 		m.mu.Unlock()
 	}
 	if err == nil {
-		seen := map[string]int64{}
+		seen, caps := map[string]int64{}, map[string]int64{}
+		m.mu.Lock()
+		m.capRuns++
+		first := m.capRuns == 1
+		m.mu.Unlock()
 		for rows.Next() {
 			var kind, id string
 			var use, limit int64
@@ -134,9 +142,14 @@ func (m *monitor) sample(ctx context.Context, at float64, slow bool) {
 				continue
 			}
 			key := kind + "/" + id
-			seen[key] = use
+			seen[key], caps[key] = use, limit
 			m.mu.Lock()
-			if use > limit && use > m.prev[key] {
+			// Over its cap and grown since the last sample, under a cap
+			// that was not lowered meanwhile (the first sample has no
+			// "before": it proves nothing).
+			prevUse, known := m.prev[key]
+			lowered := known && limit < m.prevCap[key]
+			if use > limit && use > prevUse && !lowered && !first {
 				m.capOver++
 				m.example("at %.1fs %s %s grew to %d past its cap %d", at, kind, id, use, limit)
 			}
@@ -144,7 +157,7 @@ func (m *monitor) sample(ctx context.Context, at float64, slow bool) {
 		}
 		rows.Close()
 		m.mu.Lock()
-		m.prev = seen
+		m.prev, m.prevCap = seen, caps
 		m.mu.Unlock()
 	}
 	if slow {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"time"
 
 	"github.com/cuesched/cuesched/scheduler/farmtest"
+	"github.com/cuesched/cuesched/scheduler/rollout"
 	"github.com/cuesched/cuesched/shared/config"
 )
 
@@ -44,7 +46,7 @@ func Scenarios() []Scenario {
 		{Name: "LOCALITY", Description: "sustained feed: share of frames placed on a host that last ran the same layer >= 25%.",
 			NotBuilt: "the locality bonus (issue #11)"},
 		{Name: "MIGRATE", Description: "legacy-dispatched and managed shows on one farm, flipped each way mid-run: no host over-booked, nothing launched twice, no orphan proc older than 30 s.",
-			NotBuilt: "the battery's mixed-farm flip scenario (issue #10)"},
+			Run: runMigrate},
 	}
 }
 
@@ -739,7 +741,8 @@ func runStorm(ctx context.Context, w *World) error {
 	if err != nil {
 		return err
 	}
-	w.RunTimes(4*time.Second, 6*time.Second)
+	// 800 cores of 3-4 s frames: about 200 completions/s when full.
+	w.RunTimes(3*time.Second, 4*time.Second)
 	var specs []farmtest.JobSpec
 	for i := 0; i < 60; i++ {
 		specs = append(specs, farmtest.JobSpec{Name: fmt.Sprintf("storm%02d", i), Show: f.show, Facility: w.Facility, Priority: 50,
@@ -820,4 +823,115 @@ func runFailover(ctx context.Context, w *World) error {
 	w.Note("killed scheduler %d (the loop leader); the new leader is %d", leader, w.Leader())
 	w.Metric("frames booked by the survivor in the 10 s after the kill", float64(after), AtLeast, 100, "")
 	return nil
+}
+
+// launchedFor counts the frames of job the fake RQD started after t.
+func (w *World) launchedFor(job string, after time.Time) int {
+	n := 0
+	for _, l := range w.Fake.Launches() {
+		if l.Started && l.At.After(after) && l.RunFrame.GetJobId() == job {
+			n++
+		}
+	}
+	return n
+}
+
+// runMigrate: a managed show and a Cuebot-managed show share one
+// allocation; Cuebot's dispatcher (the legacy stand-in) books the second
+// while the scheduler books the first. Mid-run the Cuebot show is flipped
+// to the scheduler (cuesched show set-managed ... on), then the managed
+// show back to Cuebot (off), both under load.
+func runMigrate(ctx context.Context, w *World) error {
+	var err error
+	var alloc string
+	if alloc, err = w.Seed.Alloc(ctx, w.Facility, "sim.general", "general"); err != nil {
+		return err
+	}
+	hosts := w.Opts.scale(12)
+	if err := w.hosts(ctx, "h", alloc, "general", hosts, 8, 0); err != nil {
+		return err
+	}
+	w.RunTimes(time.Second, 2*time.Second)
+	cores := hosts * 8
+	shows := map[string]farmtest.Show{}
+	jobIDs := map[string]string{}
+	for _, name := range []string{"mgd", "leg"} {
+		sh, err := w.Seed.Show(ctx, name, name == "mgd")
+		if err != nil {
+			return err
+		}
+		if _, err := w.Seed.Subscribe(ctx, sh, alloc, cores/2, cores); err != nil {
+			return err
+		}
+		j, err := w.job(ctx, sh, name+"-job", 50, oneCore("render", w.Opts.scale(4000)))
+		if err != nil {
+			return err
+		}
+		shows[name], jobIDs[name] = sh, j.ID
+	}
+	if err := w.Start(ctx, 0); err != nil {
+		return err
+	}
+	cuebot := w.StartLegacy(ctx)
+	tool, err := rollout.New(w.Pool, rollout.Options{Publisher: w.Pub})
+	if err != nil {
+		return err
+	}
+	orphans := int64(0)
+	w.Sample(func(ctx context.Context, _ float64) {
+		n := w.Int(ctx, `SELECT count(*) FROM proc p LEFT JOIN frame f ON f.pk_frame = p.pk_frame
+			WHERE (f.pk_frame IS NULL OR f.str_state <> 'RUNNING' OR f.pk_frame IS DISTINCT FROM p.pk_frame)
+			  AND p.ts_booked < now() - interval '30 seconds'`)
+		orphans = max(orphans, n)
+	})
+	procsOf := func(show string) int64 {
+		return w.Int(ctx, `SELECT count(*) FROM proc WHERE pk_show = $1`, shows[show].ID)
+	}
+	if !w.WaitFor(ctx, 60*time.Second, func() bool { return procsOf("mgd") > 0 && procsOf("leg") > 0 }) {
+		return fmt.Errorf("both shows did not run (scheduler's %d procs, Cuebot's %d)", procsOf("mgd"), procsOf("leg"))
+	}
+	if err := Sleep(ctx, 5*time.Second); err != nil {
+		return err
+	}
+	flip := func(show string, on bool) (time.Time, error) {
+		resume := cuebot.Pause()
+		defer resume()
+		_, err := tool.Flip(ctx, rollout.FlipRequest{Show: show, On: on, Force: true}, io.Discard)
+		return time.Now(), err
+	}
+	// Cuebot's show to the scheduler: Cuebot stops at once, the scheduler
+	// starts once the leader seeds it (after the flip-settle time).
+	onAt, err := flip("leg", true)
+	if err != nil {
+		return fmt.Errorf("flip leg on: %w", err)
+	}
+	legBefore := cuebot.Booked("leg")
+	took := w.WaitFor(ctx, 60*time.Second, func() bool { return w.launchedFor(jobIDs["leg"], onAt) > 0 })
+	w.Metric("flipped on: the scheduler books the show", b2f(took), Equal, 1, "")
+	// The managed show back to Cuebot.
+	offAt, err := flip("mgd", false)
+	if err != nil {
+		return fmt.Errorf("flip mgd off: %w", err)
+	}
+	mgdBefore := cuebot.Booked("mgd")
+	back := w.WaitFor(ctx, 60*time.Second, func() bool { return cuebot.Booked("mgd") > mgdBefore })
+	w.Metric("flipped off: Cuebot books the show", b2f(back), Equal, 1, "")
+	// Long enough for a proc orphaned by either flip to age past 30 s.
+	if err := Sleep(ctx, 35*time.Second); err != nil {
+		return err
+	}
+	lateSched := w.launchedFor(jobIDs["mgd"], offAt.Add(time.Second))
+	w.Metric("scheduler launches of the show 1 s after it went back to Cuebot", float64(lateSched), Equal, 0, "")
+	w.Metric("Cuebot bookings of the show after it went to the scheduler", float64(cuebot.Booked("leg")-legBefore), Equal, 0, "")
+	w.Metric("orphan procs older than 30 s (samples, max)", float64(orphans), Equal, 0, "")
+	w.Note("Cuebot booked leg %d, mgd %d frames (refused by its triggers %d); the scheduler launched %d of leg after its flip",
+		cuebot.Booked("leg"), cuebot.Booked("mgd"), cuebot.Refusals(), w.launchedFor(jobIDs["leg"], onAt))
+	return nil
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

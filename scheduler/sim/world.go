@@ -85,8 +85,9 @@ type World struct {
 	Emu  *cuebotemu.Emulator
 
 	cancel  context.CancelFunc
-	wg      sync.WaitGroup // the sidecar
-	monWG   sync.WaitGroup // the monitor
+	runCtx  context.Context // the load's context (Start to stop)
+	wg      sync.WaitGroup  // the sidecar
+	monWG   sync.WaitGroup  // the monitor
 	sidecar *sidecar.Sidecar
 	sCancel context.CancelFunc
 	scheds  []*instance
@@ -232,7 +233,7 @@ func (w *World) Start(ctx context.Context, n int) error {
 		n = max(w.Opts.Schedulers, 1)
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	w.cancel = cancel
+	w.cancel, w.runCtx = cancel, rctx
 	w.Emu = cuebotemu.New(w.Pool, w.log.Named("cuebot"))
 	var err error
 	w.Fake, err = fakerqd.Start(fakerqd.Config{
