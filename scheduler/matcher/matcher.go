@@ -129,6 +129,15 @@ type Options struct {
 	Registerer prometheus.Registerer
 	Backoff    *jobs.Backoff
 	Permits    *Permits
+	// Guard, when set, holds idle GPUs' cores and memory back from CPU
+	// work while GPU work waits (gpuguard.Guard).
+	Guard Guard
+}
+
+// Guard says what CPU work must leave free on a host with idle GPUs.
+type Guard interface {
+	Keep(tags []string, idleGPUs int64) (cores, memKB int64)
+	Held()
 }
 
 // Matcher works jobs. It is safe for concurrent use.
@@ -139,6 +148,7 @@ type Matcher struct {
 	cfg     Config
 	permits *Permits
 	backoff *jobs.Backoff
+	guard   Guard
 	sem     chan struct{}
 	log     hclog.Logger
 	m       *metrics
@@ -172,7 +182,7 @@ func New(db jobs.DB, hosts Hosts, disp Dispatcher, cfg Config, o Options) *Match
 	if p == nil {
 		p = NewPermits()
 	}
-	return &Matcher{db: db, hosts: hosts, disp: disp, cfg: cfg, permits: p, backoff: o.Backoff,
+	return &Matcher{db: db, hosts: hosts, disp: disp, cfg: cfg, permits: p, backoff: o.Backoff, guard: o.Guard,
 		sem: make(chan struct{}, cfg.MaxConcurrentLayers), log: log.Named("matcher"), m: newMetrics(o.Registerer),
 		quarantine: map[string]time.Time{}}
 }
@@ -364,6 +374,14 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 	if coresHint <= 0 {
 		coresHint = m.cfg.Policy.CoreUnit
 	}
+	// CPU work leaves an idle GPU's bundle free while GPU work waits.
+	keep := func(h *dispatch.Host) {}
+	if m.guard != nil && l.GPUsMin <= 0 {
+		clusterTags := c.TagNames()
+		keep = func(h *dispatch.Host) {
+			h.KeepCores, h.KeepMemKB = m.guard.Keep(clusterTags, h.IdleGPUs)
+		}
+	}
 	remaining := l.Frames
 	attempts := 0
 	var watch jobs.Watch // of the last miss
@@ -380,6 +398,7 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 				if m.quarantined(h.ID) {
 					return false
 				}
+				keep(&h)
 				_, why := m.cfg.Policy.Reserve(h.Host, req, budget)
 				return why == reserve.Fits
 			},
@@ -398,7 +417,12 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 			r.stop = dispatch.Failed
 			break
 		}
+		keep(&host)
+		if host.KeepCores > 0 || host.KeepMemKB > 0 {
+			m.guard.Held()
+		}
 		res := m.disp.Dispatch(ctx, l, remaining, host)
+		res.Host.KeepCores, res.Host.KeepMemKB = 0, 0
 		m.hosts.Checkin(res.Host)
 		if len(res.LaunchFailed) > 0 {
 			m.quarantineHost(host.ID)

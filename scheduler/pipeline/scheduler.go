@@ -17,6 +17,7 @@ import (
 	"github.com/cuesched/cuesched/scheduler/clusters"
 	"github.com/cuesched/cuesched/scheduler/dispatch"
 	"github.com/cuesched/cuesched/scheduler/explain"
+	"github.com/cuesched/cuesched/scheduler/gpuguard"
 	"github.com/cuesched/cuesched/scheduler/hostcache"
 	"github.com/cuesched/cuesched/scheduler/hostcache/matcherhosts"
 	"github.com/cuesched/cuesched/scheduler/jobs"
@@ -229,6 +230,13 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 		}
 	}
 
+	var guard matcher.Guard
+	if q.GPUProtection {
+		g := gpuguard.New(s.pool, gpuguard.Options{Interval: q.GPUProtectionRefresh.D(), Logger: log, Registerer: d.Registerer})
+		s.loops = append(s.loops, g.Run)
+		guard = g
+	}
+
 	s.Backoff = jobs.NewBackoff(q.LayerBackoffMin.D(), q.LayerBackoffMax.D())
 	maxLayers := cfg.Database.PoolSize - 1
 	if d.Pool != nil {
@@ -238,7 +246,7 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 		Attempts: q.HostCandidateAttemptsPerLayer, FramesPerLayer: q.DispatchFramesPerLayerLimit, FramesPerJob: q.DispatchFramesPerJobLimit,
 		MaxConcurrentLayers: max(maxLayers, 1), Policy: policy, SelfishServices: q.SelfishServices, Schema: &schema,
 		HostQuarantine: q.HostQuarantine.D(),
-	}, matcher.Options{Logger: log, Registerer: d.Registerer, Backoff: s.Backoff})
+	}, matcher.Options{Logger: log, Registerer: d.Registerer, Backoff: s.Backoff, Guard: guard})
 
 	if d.Gate != nil {
 		gates = append(gates, d.Gate)

@@ -38,6 +38,10 @@ type Host struct {
 	TotalMemKB, IdleMemKB int64
 	IdleGPUs, IdleGPUMem  int64
 	ThreadMode            int
+	// KeepCores and KeepMemKB are held back from this reservation: idle
+	// capacity that other work (an idle GPU's bundle) must find free. They
+	// describe one booking decision, not the host.
+	KeepCores, KeepMemKB int64
 }
 
 // Request is what the frame's layer asks for (centicores, KB).
@@ -97,6 +101,10 @@ func (p Policy) Reserve(h Host, r Request, jobBudget int64) (Reservation, Reason
 		r.MemKB = max(p.MinMemKB, 0)
 	}
 	r.GPUs, r.GPUMemKB = max(r.GPUs, 0), max(r.GPUMemKB, 0)
+	if h.KeepCores > 0 || h.KeepMemKB > 0 {
+		h.IdleCores = max(h.IdleCores-max(h.KeepCores, 0), 0)
+		h.IdleMemKB = max(h.IdleMemKB-max(h.KeepMemKB, 0), 0)
+	}
 	unit := p.CoreUnit
 	if unit <= 0 {
 		unit = 100

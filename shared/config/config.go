@@ -120,6 +120,13 @@ type Queue struct {
 	ShowTiers bool `yaml:"show_tiers"`
 	// ShowTierRefresh is how often the whole tier snapshot is re-read.
 	ShowTierRefresh Duration `yaml:"show_tier_refresh"`
+	// GPUProtection: while GPU frames of managed shows wait, CPU frames
+	// leave one GPU frame's cores and memory free per idle GPU on a host
+	// (the smallest per-GPU share of the waiting GPU layers). false: CPU
+	// work may take every idle core of a GPU host (round 1).
+	GPUProtection bool `yaml:"gpu_protection"`
+	// GPUProtectionRefresh is how often the waiting GPU layers are re-read.
+	GPUProtectionRefresh Duration `yaml:"gpu_protection_refresh"`
 	// WaitingStatsInterval is how often the loop leader counts waiting
 	// frames by reason for cuesched_waiting_frames (0 disables it).
 	WaitingStatsInterval Duration `yaml:"waiting_stats_interval"`
@@ -232,6 +239,8 @@ func Default() Config {
 			JobOrder:                      JobOrderLottery,
 			ShowTiers:                     true,
 			ShowTierRefresh:               Duration(time.Second),
+			GPUProtection:                 true,
+			GPUProtectionRefresh:          Duration(time.Second),
 			WaitingStatsInterval:          Duration(30 * time.Second),
 			LayerBackoffMin:               Duration(time.Second),
 			LayerBackoffMax:               Duration(30 * time.Second),
