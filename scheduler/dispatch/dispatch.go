@@ -21,8 +21,18 @@
 //     another dispatcher is claiming is skipped, never waited for, so two
 //     instances cannot deadlock on frame rows), moves them WAITING ->
 //     RUNNING guarded by state WAITING, the int_version read with the
-//     frame, no future ts_start_after and the show still being
-//     scheduler-managed, and inserts their procs. (c) One statement
+//     frame, no future ts_start_after, the show still being
+//     scheduler-managed and the job still PENDING and not paused (a job
+//     paused or killed after the pending query read it starts nothing: the
+//     batch stops with JobStopped and its bookings are rolled back in
+//     step 4), and inserts their procs. The job is read in the
+//     statement's snapshot, without a lock: a pause or kill that commits
+//     while the claim transaction runs is not seen, and the batch starts
+//     as if it had committed just before (a pause leaves running frames
+//     alone anyway; a kill racing that closely may miss the new procs).
+//     Closing that window would take a share lock on the job row, making
+//     every pause and kill wait for in-flight bookings and adding a
+//     job-before-frame lock order that Cuebot's paths do not follow. (c) One statement
 //     (HostSQL) takes the started frames' resources off the host, guarded by idle >= need for all four columns; if the
 //     guard fails the cache was stale and everything is rolled back.
 //     Frames, then layer_stat/job_stat (the frame triggers), then host: the
@@ -203,9 +213,13 @@ const (
 	HostStale
 	// Failed: a database, Redis or protocol error; Result.Err has it.
 	Failed
+	// JobStopped: the job was paused, or left PENDING (killed, finished),
+	// after it was read: nothing was started and the bookings were rolled
+	// back. Its other layers need not be tried either.
+	JobStopped
 )
 
-var stopNames = [...]string{"done", "host_full", "job_at_cap", "capped", "not_seeded", "limit_reached", "host_stale", "failed"}
+var stopNames = [...]string{"done", "host_full", "job_at_cap", "capped", "not_seeded", "limit_reached", "host_stale", "failed", "job_stopped"}
 
 func (s Stop) String() string {
 	if int(s) < len(stopNames) {
@@ -353,7 +367,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 
 	// 3. The Postgres transaction.
 	txStart := time.Now()
-	won, room, hostAfter, stale, err := d.commit(bctx, l, h, booked)
+	won, room, hostAfter, stale, jobStopped, err := d.commit(bctx, l, h, booked)
 	d.m.txDuration.Observe(time.Since(txStart).Seconds())
 
 	// 4. Roll back what did not make it.
@@ -369,7 +383,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 		}
 		d.rollback(p.proc)
 		switch {
-		case err != nil || stale:
+		case err != nil || stale || jobStopped:
 		case room >= 0 && i >= room:
 			if out.Stop == Done || out.Stop == HostFull {
 				out.Stop = LimitReached
@@ -384,6 +398,10 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 		return out
 	case stale:
 		out.Stop = HostStale
+		return out
+	case jobStopped:
+		d.log.Debug("job paused or no longer pending; nothing started", "job", l.JobName, "layer", l.Name, "host", h.Name)
+		out.Stop = JobStopped
 		return out
 	}
 	if len(launched) == 0 {

@@ -495,3 +495,86 @@ func TestDispatchConcurrentClaims(t *testing.T) {
 		t.Fatalf("%d hosts whose idle does not match their procs", n)
 	}
 }
+
+// pauseOnBook is the accounting with a hook: after the first booking it
+// runs stop (pauses or kills the job), so the claim transaction is the
+// first thing to see the change: "after the pending query, after the Redis
+// booking, before the claim", forced rather than timed.
+type pauseOnBook struct {
+	dispatch.Accounting
+	once sync.Once
+	stop func()
+}
+
+func (p *pauseOnBook) Book(ctx context.Context, b publisher.Booking) (publisher.Result, error) {
+	r, err := p.Accounting.Book(ctx, b)
+	p.once.Do(p.stop)
+	return r, err
+}
+
+// A job paused or killed between the pending query and the claim starts
+// nothing: no frame leaves WAITING, no proc, the host keeps its idle
+// values, RQD is not called, the Redis bookings are rolled back, and the
+// batch reports JobStopped (not frames claimed elsewhere).
+func TestDispatchJobPausedOrKilledBeforeTheClaim(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	host := h.host(farmtest.HostSpec{Cores: 16, MemKB: 32 * farmtest.GB})
+	rqd := rqdclient.New(rqdclient.Options{Resolve: h.fake.Resolve, RequestTimeout: 5 * time.Second})
+	t.Cleanup(func() { rqd.Close() })
+	cfg := dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144, StrandedMemKB: 2 * farmtest.GB, SoftLimit: 1.6, HardLimit: 2}
+
+	nothingStarted := func(what string, j farmtest.Job, l *jobs.Layer, res dispatch.Result) {
+		t.Helper()
+		if res.Stop != dispatch.JobStopped || res.Err != nil || len(res.Dispatched) != 0 || len(res.Claimed) != 0 ||
+			len(res.LaunchFailed) != 0 || res.CoresBooked != 0 {
+			t.Fatalf("%s: result = %+v, want JobStopped with nothing started or claimed", what, res)
+		}
+		if res.Host != host {
+			t.Fatalf("%s: host after = %+v, want the host as given %+v", what, res.Host, host)
+		}
+		if n := h.count(`SELECT count(*) FROM frame WHERE pk_layer = $1 AND str_state = 'WAITING' AND int_version = 0 AND str_host IS NULL`, l.ID); n != int64(len(l.Frames)) {
+			t.Fatalf("%s: %d frames untouched, want %d", what, n, len(l.Frames))
+		}
+		if n := h.count(`SELECT count(*) FROM proc WHERE pk_job = $1`, j.ID); n != 0 {
+			t.Fatalf("%s: %d procs", what, n)
+		}
+		if n := h.count(`SELECT int_cores_idle FROM host WHERE pk_host = $1`, host.ID); n != 1600 {
+			t.Fatalf("%s: host idle = %d, want 1600", what, n)
+		}
+		if n := h.count(`SELECT int_running_count FROM job_stat WHERE pk_job = $1`, j.ID); n != 0 {
+			t.Fatalf("%s: job_stat running = %d", what, n)
+		}
+		h.checkBooked(0)
+		if got := h.redisInt(publisher.JobKey(j.ID), "int_cores"); got != 0 {
+			t.Fatalf("%s: Redis job int_cores = %d, the booking was not rolled back", what, got)
+		}
+		if procs, _ := h.pub.ShowProcs(context.Background(), h.show.ID); len(procs) != 0 {
+			t.Fatalf("%s: Redis still holds booking records %v", what, procs)
+		}
+		if ls := h.fake.Launches(); len(ls) != 0 {
+			t.Fatalf("%s: %d launches", what, len(ls))
+		}
+	}
+
+	// Killed (no longer PENDING) after the pending query read it.
+	j2 := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 2, NotThreadable: true}}})
+	l2 := h.layers(j2)[0]
+	h.exec(`UPDATE job SET str_state = 'FINISHED' WHERE pk_job = $1`, j2.ID)
+	nothingStarted("killed", j2, l2, h.d.Dispatch(context.Background(), l2, l2.Frames, host))
+
+	// Paused after the Redis bookings, before the claim.
+	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 3, NotThreadable: true}}})
+	l := h.layers(j)[0]
+	acct := &pauseOnBook{Accounting: h.pub, stop: func() { h.exec(`UPDATE job SET b_paused = true WHERE pk_job = $1`, j.ID) }}
+	d := dispatch.New(h.pool, acct, rqd, cfg, dispatch.Options{Registerer: prometheus.NewRegistry()})
+	nothingStarted("paused", j, l, d.Dispatch(context.Background(), l, l.Frames, host))
+
+	// Resumed: the same frames (the versions read before the pause) start.
+	h.exec(`UPDATE job SET b_paused = false WHERE pk_job = $1`, j.ID)
+	res := h.d.Dispatch(context.Background(), l, l.Frames, host)
+	if res.Stop != dispatch.Done || len(res.Dispatched) != 3 || len(h.fake.Launches()) != 3 {
+		t.Fatalf("after resuming: %+v", res)
+	}
+	h.checkBooked(3)
+}

@@ -27,7 +27,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scheduler_dispatch_batches_total",
-			Help: "Host batches dispatched, by how they ended (done, host_full, capped, limit_reached, host_stale, failed, ...).",
+			Help: "Host batches dispatched, by how they ended (done, host_full, capped, limit_reached, host_stale, failed, job_stopped, ...).",
 		}, []string{"stop"}),
 		batchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "scheduler_dispatch_batch_duration_seconds",

@@ -20,7 +20,9 @@ ORDER BY pk_limit_record
 FOR UPDATE`
 
 // ClaimSQL claims frames and inserts their procs (see the package doc). It
-// returns the limit headroom (-1 = no limit) and one row per frame started.
+// returns the limit headroom (-1 = no limit) and whether the job is still
+// dispatchable (PENDING and not paused, in the statement's snapshot), and
+// one row per frame started.
 //
 // $1 frame ids, $2 proc ids, $3 versions, $4 centicores, $5 memory KB,
 // $6 GPUs, $7 GPU memory KB (one element per frame, in dispatch order);
@@ -39,6 +41,9 @@ WITH lim AS (
                 ELSE GREATEST(MIN(CASE WHEN int_max_value IS NULL THEN 0
                                        ELSE int_max_value - running END), 0) END AS n
     FROM lim
+), jb AS (
+    -- The job as the frame UPDATE below sees it (one snapshot).
+    SELECT EXISTS (SELECT 1 FROM job j WHERE j.pk_job = $13 AND j.str_state = 'PENDING' AND NOT j.b_paused) AS ok
 ), req AS (
     SELECT r.*
     FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
@@ -66,6 +71,8 @@ WITH lim AS (
        AND f.pk_layer = $12
        AND NOT EXISTS (SELECT 1 FROM layer l WHERE l.pk_layer = f.pk_layer AND l.ts_start_after > now())
        AND EXISTS (SELECT 1 FROM show s WHERE s.pk_show = $9 AND s.b_scheduler_managed AND s.b_active)
+       AND EXISTS (SELECT 1 FROM job j WHERE j.pk_job = f.pk_job AND j.pk_job = $13
+                                        AND j.str_state = 'PENDING' AND NOT j.b_paused)
     RETURNING f.pk_frame, f.int_version, req.pk_proc, req.cores, req.mem, req.gpus, req.gpu_mem
 ), ins AS (
     INSERT INTO proc (pk_proc, pk_host, pk_show, pk_layer, pk_job, pk_frame,
@@ -76,7 +83,7 @@ WITH lim AS (
     FROM upd
     RETURNING pk_frame
 )
-SELECT room.n, upd.pk_frame, upd.int_version FROM room LEFT JOIN upd ON true`
+SELECT room.n, jb.ok, upd.pk_frame, upd.int_version FROM room CROSS JOIN jb LEFT JOIN upd ON true`
 
 // HostSQL takes the started frames' resources off the host, guarded so no
 // idle value goes below zero. $1 host, $2 centicores, $3 memory KB, $4
@@ -95,8 +102,10 @@ type wonFrames struct {
 }
 
 // commit runs the booking transaction. room is the limit headroom it saw
-// (-1 = no limit). stale means the host guard failed (rolled back).
-func (d *Dispatcher) commit(ctx context.Context, l *jobs.Layer, h Host, booked []planned) (won wonFrames, room int, after Host, stale bool, err error) {
+// (-1 = no limit). stale means the host guard failed (rolled back). won is
+// empty and jobStopped set when the job was no longer dispatchable (paused,
+// or no longer PENDING) inside the transaction.
+func (d *Dispatcher) commit(ctx context.Context, l *jobs.Layer, h Host, booked []planned) (won wonFrames, room int, after Host, stale, jobStopped bool, err error) {
 	n := len(booked)
 	frameIDs, procs := make([]string, n), make([]string, n)
 	versions := make([]int32, n)
@@ -112,7 +121,7 @@ func (d *Dispatcher) commit(ctx context.Context, l *jobs.Layer, h Host, booked [
 
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
-		return won, -1, h, false, fmt.Errorf("dispatch: acquire connection: %w", err)
+		return won, -1, h, false, false, fmt.Errorf("dispatch: acquire connection: %w", err)
 	}
 	defer conn.Release()
 
@@ -128,6 +137,7 @@ func (d *Dispatcher) commit(ctx context.Context, l *jobs.Layer, h Host, booked [
 		h.Name, l.ShowID, limits, h.ID, l.ID, l.JobID, d.cfg.MemReservedMinKB)
 	br := conn.SendBatch(ctx, b)
 	room = -1
+	jobOK := true
 	err = func() error {
 		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("begin: %w", err)
@@ -145,7 +155,7 @@ func (d *Dispatcher) commit(ctx context.Context, l *jobs.Layer, h Host, booked [
 			var r int64
 			var frame *string
 			var ver *int32
-			if err := rows.Scan(&r, &frame, &ver); err != nil {
+			if err := rows.Scan(&r, &jobOK, &frame, &ver); err != nil {
 				rows.Close()
 				return fmt.Errorf("claim frames: %w", err)
 			}
@@ -171,7 +181,7 @@ func (d *Dispatcher) commit(ctx context.Context, l *jobs.Layer, h Host, booked [
 	}
 	if err != nil {
 		rollback()
-		return wonFrames{}, room, h, false, fmt.Errorf("dispatch layer %s on %s: %w", l.Name, h.Name, err)
+		return wonFrames{}, room, h, false, false, fmt.Errorf("dispatch layer %s on %s: %w", l.Name, h.Name, err)
 	}
 	var took reserve.Reservation
 	started := make(map[string]bool, len(won.frames))
@@ -194,19 +204,19 @@ func (d *Dispatcher) commit(ctx context.Context, l *jobs.Layer, h Host, booked [
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
 			rollback()
-			return wonFrames{}, room, h, false, fmt.Errorf("dispatch layer %s on %s: take host resources: %w", l.Name, h.Name, err)
+			return wonFrames{}, room, h, false, false, fmt.Errorf("dispatch layer %s on %s: take host resources: %w", l.Name, h.Name, err)
 		default:
 			hostOK = true
 		}
 	}
 	if len(won.frames) == 0 {
 		rollback()
-		return won, room, h, false, nil
+		return won, room, h, false, !jobOK, nil
 	}
 	if !hostOK {
 		rollback()
 		d.log.Debug("host has less idle than the cache said; batch rolled back", "host", h.Name, "layer", l.Name)
-		return wonFrames{}, room, h, true, nil
+		return wonFrames{}, room, h, true, false, nil
 	}
 	cctx, cancelCommit := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancelCommit()
@@ -214,14 +224,14 @@ func (d *Dispatcher) commit(ctx context.Context, l *jobs.Layer, h Host, booked [
 		// Ambiguous: look for our procs on another connection.
 		committed, rerr := d.procsExist(ctx, won, booked)
 		if rerr != nil || !committed {
-			return wonFrames{}, room, h, false, fmt.Errorf("dispatch layer %s on %s: commit: %w", l.Name, h.Name, cerr)
+			return wonFrames{}, room, h, false, false, fmt.Errorf("dispatch layer %s on %s: commit: %w", l.Name, h.Name, cerr)
 		}
 		d.log.Warn("commit reported an error but the procs exist; continuing", "host", h.Name, "error", cerr)
 	}
 	after = h
 	after.IdleCores, after.IdleGPUs, after.IdleGPUMem = hostRow[0], hostRow[2], hostRow[3]
 	after.IdleMemKB = min(hostRow[1], h.IdleMemKB-took.MemKB)
-	return won, room, after, false, nil
+	return won, room, after, false, false, nil
 }
 
 // procsExist resolves an ambiguous COMMIT.

@@ -10,6 +10,7 @@ import (
 	"github.com/cuesched/cuesched/scheduler/dispatch"
 	"github.com/cuesched/cuesched/scheduler/matcher"
 	"github.com/cuesched/cuesched/scheduler/reserve"
+	"github.com/cuesched/cuesched/shared/cuebot"
 )
 
 // DBHosts is a test stand-in for the host cache: every checkout queries
@@ -17,7 +18,8 @@ import (
 // OPEN, UP, carrying the tag, in an allocation of the facility the show
 // subscribes to; idle memory = least of host idle and host_stat free) and
 // hands out one not already checked out. It applies the same gates as the
-// cache (OS, thread mode ALL only for threadable layers, GPUs, Accept).
+// cache (OS, host_stat.str_os read as a list; thread mode ALL only for
+// threadable layers; GPUs; Accept).
 // Best-fit on cores, worst-fit on memory.
 type DBHosts struct {
 	DB  Querier
@@ -72,7 +74,7 @@ func (d *DBHosts) Checkout(ctx context.Context, req matcher.HostRequest) (dispat
 		if d.out[h.ID] {
 			continue
 		}
-		if req.OS != "" && h.OS != req.OS {
+		if !cuebot.HostServesOS(h.OS, req.OS) {
 			continue
 		}
 		if h.ThreadMode == reserve.All && !req.Threadable {

@@ -106,8 +106,9 @@ type Profile struct {
 	MemMinKB    int64
 	GPUsMin     int64
 	GPUMemMinKB int64
-	// OS is the job's OS; "" accepts any host. Otherwise the host's OS must
-	// be exactly equal (a host without an OS never matches).
+	// OS is the job's OS; "" accepts any host. Otherwise it must equal one
+	// of the values of the host's OS, which Cuebot reads as a
+	// comma-separated list ("rhel7,rhel9" serves both; cuebot.ServesOS).
 	OS string
 	// Threadable: hosts in thread mode ALL only accept threadable layers.
 	Threadable bool
@@ -116,9 +117,12 @@ type Profile struct {
 // Fits is the validation every checkout applies: the OS gate, the thread-mode
 // gate, and the floors on cores, memory, GPUs and GPU memory.
 func Fits(h Host, p Profile) bool {
-	if p.OS != "" && h.OS != p.OS {
-		return false
-	}
+	return cuebot.HostServesOS(h.OS, p.OS) && fitsResources(h, p)
+}
+
+// fitsResources is Fits without the OS gate (a checkout tests the OS on
+// the host's pre-split list).
+func fitsResources(h Host, p Profile) bool {
 	if h.ThreadMode == int(cuebot.ThreadAll) && !p.Threadable {
 		return false
 	}
@@ -563,7 +567,7 @@ func (c *Cache) reindexLocked(h *hostRec) {
 			if g := c.groups[ClusterKey{FacilityID: fac, ShowID: show, Tag: tag}]; g != nil {
 				g.insert(h)
 				h.groups = append(h.groups, g)
-				if len(g.wants) > 0 && g.gained(v, prev, h.stat.os, h.threadMode == int(cuebot.ThreadAll), !slices.Contains(was, g)) {
+				if len(g.wants) > 0 && g.gained(v, prev, h.stat.oses, h.threadMode == int(cuebot.ThreadAll), !slices.Contains(was, g)) {
 					c.bumpGroupLocked(g)
 				}
 			}
@@ -647,8 +651,11 @@ func (c *Cache) Checkout(ctx context.Context, req Request) (Host, error) {
 		probed = append(probed, g)
 		g.lastQueried = now
 		h := g.find(coreHint, memHint, strategy, func(h *hostRec) bool {
+			if !h.servesOS(req.OS) {
+				return false
+			}
 			v := c.viewLocked(h, req.ShowID)
-			return Fits(v, req.Profile) && (req.Accept == nil || req.Accept(v))
+			return fitsResources(v, req.Profile) && (req.Accept == nil || req.Accept(v))
 		})
 		if h == nil {
 			continue

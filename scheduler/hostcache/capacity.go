@@ -3,6 +3,8 @@ package hostcache
 import (
 	"slices"
 	"sync/atomic"
+
+	"github.com/cuesched/cuesched/shared/cuebot"
 )
 
 // Capacity generations: how waiters learn that hosts they could not get
@@ -128,10 +130,10 @@ func (a want) implies(b want) bool {
 	return covers(a.floor, b.floor) && (b.os == "" || b.os == a.os) && (b.threadable || !a.threadable)
 }
 
-// admits reports whether a host with effective values v, OS os and thread
-// mode ALL (threadAll) passes w.
-func (w want) admits(v idle, os string, threadAll bool) bool {
-	return covers(v, w.floor) && (w.os == "" || w.os == os) && (w.threadable || !threadAll)
+// admits reports whether a host with effective values v, serving the OS
+// values oses, in thread mode ALL (threadAll) or not, passes w.
+func (w want) admits(v idle, oses []string, threadAll bool) bool {
+	return covers(v, w.floor) && cuebot.ServesOS(oses, w.os) && (w.threadable || !threadAll)
 }
 
 // addWant remembers what a request that missed in g needed, dropping
@@ -168,16 +170,16 @@ func covers(a, b idle) bool {
 	return a.cores >= b.cores && a.memKB >= b.memKB && a.gpus >= b.gpus && a.gpuMemKB >= b.gpuMemKB
 }
 
-// gained reports whether a host indexed in g with effective values v (OS
-// os, thread mode ALL or not), that had prev before, or was not in g at
+// gained reports whether a host indexed in g with effective values v
+// (serving oses, thread mode ALL or not), that had prev before, or was not in g at
 // all (joined), now passes what g is waiting for and did not fit it
 // before. A host that already fitted the floors when the waiter missed was
 // refused for another reason (Accept) that more memory or cores does not
 // cure, so it does not wake anyone: host_stat pings that move free memory
 // up and down stay silent.
-func (g *group) gained(v, prev idle, os string, threadAll, joined bool) bool {
+func (g *group) gained(v, prev idle, oses []string, threadAll, joined bool) bool {
 	for _, w := range g.wants {
-		if w.admits(v, os, threadAll) && (joined || !covers(prev, w.floor)) {
+		if w.admits(v, oses, threadAll) && (joined || !covers(prev, w.floor)) {
 			return true
 		}
 	}

@@ -244,11 +244,17 @@ func TestAddWantKeepsTheWeakest(t *testing.T) {
 	}
 	g2 := &group{}
 	g2.addWant(strict)
-	if g2.gained(idle{800, 8, 0, 0}, idle{}, "rhel9", false, true) || g2.gained(idle{800, 8, 0, 0}, idle{}, "rocky9", true, true) {
+	if g2.gained(idle{800, 8, 0, 0}, idle{}, []string{"rhel9"}, false, true) ||
+		g2.gained(idle{800, 8, 0, 0}, idle{}, []string{"rocky9"}, true, true) ||
+		g2.gained(idle{800, 8, 0, 0}, idle{}, nil, false, true) {
 		t.Fatal("a host the gates refuse would wake the request")
 	}
-	if !g2.gained(idle{800, 8, 0, 0}, idle{}, "rocky9", false, true) {
+	if !g2.gained(idle{800, 8, 0, 0}, idle{}, []string{"rocky9"}, false, true) {
 		t.Fatal("a fitting host would not wake the request")
+	}
+	// A host serving several OS values wakes a request for any of them.
+	if !g2.gained(idle{800, 8, 0, 0}, idle{}, []string{"rhel9", "rocky9"}, false, true) {
+		t.Fatal("a host listing the request's OS would not wake it")
 	}
 	for i := range maxWants + 2 {
 		g.addWant(fl(int64(1000-i), 1, 0, int64(i)))
@@ -258,7 +264,7 @@ func TestAddWantKeepsTheWeakest(t *testing.T) {
 	}
 	// Whatever was merged, a host fitting any of the requests still wakes.
 	for _, v := range []idle{{100, 4, 0, 0}, {100, 2, 1, 0}, {1000, 1, 0, 0}, {1000 - maxWants - 1, 1, 0, maxWants + 1}} {
-		if !g.gained(v, idle{}, "linux", true, false) {
+		if !g.gained(v, idle{}, []string{"linux"}, true, false) {
 			t.Errorf("a host with %v fits a waiter but would not wake it (wants %v)", v, g.wants)
 		}
 	}

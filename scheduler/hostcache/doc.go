@@ -44,7 +44,11 @@
 // false walks down from the largest (Worst-Fit: spread). The default is
 // Best-Fit cores, Worst-Fit memory. Every candidate must pass Fits (OS,
 // thread mode ALL only for threadable layers, floors on cores, memory, GPUs
-// and GPU memory) and the request's Accept.
+// and GPU memory) and the request's Accept. The OS gate reads
+// host_stat.str_os as Cuebot does, as a comma-separated list of the OS
+// values the host serves: a job with no OS takes any host, a job with an
+// OS any host listing it. The list is split once, when the host_stat row
+// arrives, and shared by every host reporting the same str_os.
 //
 // # Checkout, check-in, and the WAL: assume / confirm / forget
 //

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/cuesched/cuesched/shared/cuebot"
 	"github.com/cuesched/cuesched/shared/replication"
 )
 
@@ -54,13 +55,29 @@ type hostRec struct {
 	assumedListIndex int // position in Cache.assumedList (-1 if none)
 }
 
+// servesOS reports whether the host may take a job needing os (Profile.OS),
+// on the list split when its host_stat row arrived.
+func (h *hostRec) servesOS(os string) bool {
+	if os == "" {
+		return true
+	}
+	if h.stat == nil {
+		return false
+	}
+	return cuebot.ServesOS(h.stat.oses, os)
+}
+
 type statRec struct {
 	id, hostID   string
 	memTotalKB   int64
 	memFreeKB    int64
 	gpuMemFreeKB int64
 	state, os    string
-	ping         time.Time
+	// oses is os split into the OS values the host serves (Cuebot reads
+	// str_os as a comma-separated list), shared by every host with the same
+	// str_os; read-only.
+	oses []string
+	ping time.Time
 }
 
 type tagRec struct{ id, hostID, tag, tagType string }
@@ -104,6 +121,8 @@ type state struct {
 	// strs interns low-cardinality strings (states, OS, tags, alloc ids) so
 	// 100k hosts do not hold 100k copies of "OPEN".
 	strs map[string]string
+	// osLists interns host_stat.str_os split into its values.
+	osLists map[string][]string
 }
 
 func (st *state) intern(s string) string {
@@ -116,6 +135,22 @@ func (st *state) intern(s string) string {
 	return s
 }
 
+// osList returns str_os split into the OS values it lists
+// (cuebot.HostOSes), shared by every host reporting the same str_os.
+func (st *state) osList(s string) []string {
+	if v, ok := st.osLists[s]; ok {
+		return v
+	}
+	v := cuebot.HostOSes(s)
+	for i := range v {
+		v[i] = st.intern(v[i])
+	}
+	if len(st.osLists) < 1<<16 {
+		st.osLists[s] = v
+	}
+	return v
+}
+
 func newState() *state {
 	return &state{
 		hosts: map[string]*hostRec{}, stats: map[string]*statRec{}, statByHost: map[string]*statRec{},
@@ -123,6 +158,7 @@ func newState() *state {
 		subs: map[string]*subRec{}, subsByAlloc: map[string]map[string]*subRec{},
 		allocsByShow: map[string]map[string]*subRec{}, hostsByAlloc: map[string]map[*hostRec]struct{}{},
 		shows: map[string]string{}, facilities: map[string]string{}, strs: map[string]string{},
+		osLists: map[string][]string{},
 	}
 }
 
@@ -392,6 +428,7 @@ func (st *state) applyStat(c *replication.Change, e *effects) error {
 		return rr.err
 	}
 	s.state, s.os = st.intern(s.state), st.intern(s.os)
+	s.oses = st.osList(s.os)
 	if h := st.hosts[s.hostID]; h != nil {
 		s.hostID = h.id
 	}

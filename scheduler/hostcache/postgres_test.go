@@ -529,3 +529,61 @@ func TestIgnoresSameNamedTablesInAnotherSchema(t *testing.T) {
 	})
 	e.checkInvariants()
 }
+
+// TestOSListsWithPostgres: host_stat.str_os is a comma-separated list, as
+// Cuebot reads it. A layer whose job needs an OS may use a host listing it
+// among others; a job with no OS may use any host, one reporting no OS
+// included. The list is split when the row arrives (snapshot or WAL), and a
+// host listing the OS a checkout missed for wakes it when it frees room.
+func TestOSListsWithPostgres(t *testing.T) {
+	t.Parallel()
+	e := startPG(t, Config{}, func(e *pgEnv) {
+		for id, os := range map[string]string{"multi": "rhel7,rhel9", "rhel9": "rhel9", "spaced": " rhel7 , centos7 ,", "none": ""} {
+			e.addHost(id, seedAllocGeneral, 8, 16, "general")
+			e.exec(`UPDATE host_stat SET str_os = $2 WHERE pk_host = $1`, id, os)
+		}
+	})
+	osReq := func(os string) Request { r := pgReq("general"); r.OS = os; return r }
+	expect := func(what string, os string, ids ...string) {
+		t.Helper()
+		e.eventually(what, func() bool {
+			got := e.offered(osReq(os))
+			if len(got) != len(ids) {
+				return false
+			}
+			for _, id := range ids {
+				if !got[id] {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	expect("no OS requirement takes every host", "", "multi", "rhel9", "spaced", "none")
+	expect("rhel9 on the host listing it second and the rhel9 host", "rhel9", "multi", "rhel9")
+	expect("rhel7 on both lists naming it, spaces trimmed", "rhel7", "multi", "spaced")
+	expect("centos7 on the spaced list", "centos7", "spaced")
+	expect("an OS no host lists", "rhel8", nil...)
+	expect("case-sensitive, as Cuebot compares", "RHEL9", nil...)
+
+	// A change of the list streams in and is split again.
+	e.exec(`UPDATE host_stat SET str_os = 'rhel8, rhel9' WHERE pk_host = 'rhel9'`)
+	expect("rhel8 after the host added it", "rhel8", "rhel9")
+	expect("and it still serves rhel9", "rhel9", "multi", "rhel9")
+	e.exec(`UPDATE host_stat SET str_os = 'rhel7' WHERE pk_host = 'multi'`)
+	expect("multi no longer serves rhel9", "rhel9", "rhel9")
+
+	// Capacity wake-up: a rhel7 request that misses for lack of room is
+	// woken by the list host freeing room.
+	e.exec(`UPDATE host SET int_cores_idle = 0 WHERE pk_host IN ('multi', 'spaced')`)
+	expect("no rhel7 host with room", "rhel7", nil...)
+	_, err := e.c.Checkout(context.Background(), osReq("rhel7"))
+	var miss *NoCandidateError
+	if !errors.As(err, &miss) {
+		t.Fatalf("checkout = %v, want a miss with a watch", err)
+	}
+	e.exec(`UPDATE host SET int_cores_idle = 800 WHERE pk_host = 'spaced'`)
+	e.eventually("the miss's watch moves when a host listing rhel7 frees room", miss.Watch.Moved)
+	expect("spaced serves rhel7 again", "rhel7", "spaced")
+	e.checkInvariants()
+}

@@ -25,6 +25,17 @@
 //     assigners design, instead of waiting for the farm to drain as under
 //     strict priority. Relief 0 gives the reference's strict order.
 //
+// Minimum cores first. A job running fewer cores than its minimum
+// (job_resource.int_min_cores, centicores; 0 or less: no minimum) comes
+// before every job at or above its minimum, whatever the priorities: the
+// leading sort key, in strict order and lottery alike (the lottery then
+// draws among the jobs below their minimum first, then among the rest).
+// Cuebot gives such a job a 100-point priority boost, which puts it first
+// on any farm whose priorities span less than 100 points; the sort key
+// states the intent without depending on that span. Running cores are the
+// job's live proc sum, like every other headroom in these queries, not
+// job_resource.int_cores (stale for a managed show between recomputes).
+//
 // Backoff. A layer that found no host in a cluster is not retried there
 // until its schedule-after time: min backoff after the first miss, doubling
 // on each further miss up to max, cleared by a successful dispatch. It is
@@ -58,6 +69,9 @@ type Job struct {
 	Priority  int
 	Effective float64
 	Started   time.Time
+	// BelowMinCores: the job runs fewer cores than job_resource.int_min_cores
+	// (it was ranked ahead of the jobs at their minimum).
+	BelowMinCores bool
 }
 
 // Frame is a WAITING frame fetched for dispatch.

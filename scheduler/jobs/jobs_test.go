@@ -517,3 +517,89 @@ func TestPendingLottery(t *testing.T) {
 		t.Errorf("strict order = %v", got)
 	}
 }
+
+// A job running below its minimum cores (job_resource.int_min_cores, live
+// proc sums) comes before every job at or above its minimum, whatever the
+// priorities, in strict order and in the lottery; the lottery draws among
+// the jobs of each class.
+func TestPendingMinCoresFirst(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := context.Background()
+	type spec struct {
+		prio, running, min int // running and min in whole cores
+	}
+	specs := map[string]spec{
+		"at-min-high":  {prio: 90, running: 2, min: 2},  // exactly at its minimum: not below
+		"above-min":    {prio: 60, running: 3, min: 1},  // above
+		"no-min":       {prio: 50, running: 0, min: 0},  // a minimum of 0 is none
+		"negative-min": {prio: 40, running: 0, min: -1}, // nor is a negative one
+		"below-low":    {prio: 1, running: 1, min: 4},   // below, lowest priority
+		"idle-default": {prio: 10, running: 0, min: 1},  // nothing running, the default 1-core minimum
+	}
+	for name, s := range specs {
+		j := w.job(t, farmtest.JobSpec{Name: name, Priority: s.prio,
+			Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 6}}})
+		if _, err := w.pool.Exec(ctx, `UPDATE job_resource SET int_min_cores = $2 WHERE pk_job = $1`, j.ID, s.min*100); err != nil {
+			t.Fatal(err)
+		}
+		if s.running > 0 {
+			must(w.seed.Proc(ctx, farmtest.ProcSpec{Host: w.host, Frame: j.Layers[0].Frames[0], Cores: s.running}))(t)
+		}
+	}
+	below := []string{"idle-default", "below-low"}
+	rest := []string{"at-min-high", "above-min", "no-min", "negative-min"}
+
+	js, err := jobs.Pending(ctx, w.pool, jobs.PendingQuery{ShowID: w.show.ID, FacilityID: w.facility, Tags: []string{"general"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, j := range js {
+		got = append(got, j.Name)
+		if want := slices.Contains(below, j.Name); j.BelowMinCores != want {
+			t.Errorf("%s: BelowMinCores = %v, want %v", j.Name, j.BelowMinCores, want)
+		}
+	}
+	if want := append(append([]string{}, below...), rest...); !slices.Equal(got, want) {
+		t.Fatalf("strict order = %v, want %v (below minimum first, each class by priority)", got, want)
+	}
+	// A limit smaller than the below-minimum class takes only from it.
+	if js, err := jobs.Pending(ctx, w.pool, jobs.PendingQuery{ShowID: w.show.ID, FacilityID: w.facility,
+		Tags: []string{"general"}, Limit: 1}); err != nil || len(js) != 1 || js[0].Name != "idle-default" {
+		t.Fatalf("limit 1 = %v, %v", js, err)
+	}
+
+	// The lottery: every draw puts the two jobs below their minimum first,
+	// and draws among each class (both orders of the first two occur).
+	firsts := map[string]int{}
+	lastClassFirst := map[string]int{}
+	for i := 0; i < 200; i++ {
+		js, err := jobs.Pending(ctx, w.pool, jobs.PendingQuery{ShowID: w.show.ID, FacilityID: w.facility,
+			Tags: []string{"general"}, Lottery: true, Draw: "d" + strconv.Itoa(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, j := range js {
+			names = append(names, j.Name)
+		}
+		if len(names) != 6 {
+			t.Fatalf("draw %d: %v", i, names)
+		}
+		head, tail := slices.Clone(names[:2]), slices.Clone(names[2:])
+		sort.Strings(head)
+		sort.Strings(tail)
+		wantHead, wantTail := slices.Clone(below), slices.Clone(rest)
+		sort.Strings(wantHead)
+		sort.Strings(wantTail)
+		if !slices.Equal(head, wantHead) || !slices.Equal(tail, wantTail) {
+			t.Fatalf("draw %d = %v: the jobs below their minimum must come first", i, names)
+		}
+		firsts[names[0]]++
+		lastClassFirst[names[2]]++
+	}
+	if len(firsts) != 2 || len(lastClassFirst) < 2 {
+		t.Fatalf("the lottery did not draw within the classes: firsts %v, first of the rest %v", firsts, lastClassFirst)
+	}
+}

@@ -40,6 +40,10 @@ type PendingQuery struct {
 // job's folder and the job itself; some layer with waiting frames, an
 // overlapping tag, no future start-after and room for its minimum.
 //
+// Order: a job below its minimum cores (live cores < job_resource
+// int_min_cores, a minimum of 0 or less being none) before any other, then
+// the lottery or the effective priority (see the package doc).
+//
 // Caps read as Cuebot's DispatchQuery reads them. A job's int_max_cores has
 // no "unlimited" value: the job needs one core unit of room (vs_waiting's
 // "int_max_cores - int_cores >= 100") and a layer needs int_cores +
@@ -67,7 +71,7 @@ WITH live AS (
     SELECT pk_alloc, SUM(cores) AS cores FROM live WHERE nonlocal GROUP BY pk_alloc
 )
 SELECT j.pk_job, j.str_name, sh.str_name, j.pk_facility, j.pk_folder, j.pk_dept,
-       jr.int_priority, j.ts_started, e.effective
+       jr.int_priority, j.ts_started, e.effective, u.under_min
 FROM job j
 JOIN show sh            ON sh.pk_show = j.pk_show
 JOIN job_resource jr    ON jr.pk_job = j.pk_job
@@ -75,6 +79,7 @@ CROSS JOIN LATERAL (SELECT jr.int_priority + CASE WHEN $6::float8 > 0
            THEN floor(extract(epoch FROM (now() - j.ts_started)) / $6::float8) ELSE 0 END AS effective) e
 JOIN folder_resource fr ON fr.pk_folder = j.pk_folder
 LEFT JOIN job_live jl    ON jl.pk_job = j.pk_job
+CROSS JOIN LATERAL (SELECT jr.int_min_cores > 0 AND COALESCE(jl.cores, 0) < jr.int_min_cores AS under_min) u
 LEFT JOIN folder_live fl ON fl.pk_folder = j.pk_folder
 WHERE j.pk_show = $1 AND j.pk_facility = $2
   AND j.str_state = 'PENDING' AND NOT j.b_paused
@@ -95,6 +100,8 @@ WHERE j.pk_show = $1 AND j.pk_facility = $2
         AND (l.int_gpus_min <= 0 OR fr.int_max_gpus = -1 OR COALESCE(fl.gpus, 0) + l.int_gpus_min <= fr.int_max_gpus)
         AND (l.int_gpus_min <= 0 OR COALESCE(jl.gpus, 0) + l.int_gpus_min <= jr.int_max_gpus))
 ORDER BY
+    -- Jobs below their minimum cores first, in either order.
+    u.under_min DESC,
     -- The lottery (Efraimidis-Spirakis, as exponential keys): each job
     -- draws u in (0,1) from a hash of its id and the pass's draw, and the
     -- smallest -ln(u)/weight win. A job is drawn first with probability
@@ -104,8 +111,9 @@ ORDER BY
     e.effective DESC, j.ts_started, j.pk_job
 LIMIT $4`
 
-// Pending returns the cluster's bookable jobs, best first: in effective
-// priority order, or, with Lottery, in the order of a priority-weighted draw.
+// Pending returns the cluster's bookable jobs, best first: the jobs running
+// below their minimum cores, then the others, each in effective priority
+// order, or, with Lottery, in the order of a priority-weighted draw.
 func Pending(ctx context.Context, db DB, q PendingQuery) ([]Job, error) {
 	if q.Limit <= 0 {
 		q.Limit = 20
@@ -123,7 +131,7 @@ func Pending(ctx context.Context, db DB, q PendingQuery) ([]Job, error) {
 	for rows.Next() {
 		var j Job
 		if err := rows.Scan(&j.ID, &j.Name, &j.ShowName, &j.FacilityID, &j.FolderID, &j.DeptID,
-			&j.Priority, &j.Started, &j.Effective); err != nil {
+			&j.Priority, &j.Started, &j.Effective, &j.BelowMinCores); err != nil {
 			return nil, fmt.Errorf("pending jobs of show %s: %w", q.ShowID, err)
 		}
 		j.ShowID = q.ShowID

@@ -15,7 +15,8 @@
 // values Postgres returned. The loop ends when the layer runs out of frames,
 // of attempts, or of candidates, or when the dispatcher reports a stop that
 // another host cannot cure (job at its cap, a Redis cap, a limit_record
-// full, the show not seeded, an error).
+// full, the show not seeded, the job paused or killed since it was read,
+// an error).
 //
 // A layer that found no host at all in this cluster backs off (jobs.Backoff)
 // and is excluded from the next layer queries of the cluster until its
@@ -311,6 +312,12 @@ func (m *Matcher) ProcessInTurn(ctx context.Context, c *clusters.Cluster, job jo
 		}
 		if r.stop == dispatch.JobAtCap || (r.stop == dispatch.Capped && (r.table == publisher.TableJob || r.table == publisher.TableFolder)) {
 			// The rest of the job (or its folder) is capped too.
+			return out, nil
+		}
+		if r.stop == dispatch.JobStopped {
+			// Paused or killed since the pending query: none of its
+			// layers may start.
+			m.log.Debug("job stopped being dispatchable; skipping its other layers", "job", job.Name)
 			return out, nil
 		}
 	}

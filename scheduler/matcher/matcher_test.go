@@ -373,3 +373,52 @@ func TestProcessInTurn(t *testing.T) {
 		t.Fatalf("second job: %+v, want its turn's budget of 2 frames", r.out)
 	}
 }
+
+// pausingDispatcher pauses the job before its first batch reaches the
+// dispatcher, i.e. after the matcher read the job's layers.
+type pausingDispatcher struct {
+	h     *harness
+	job   string
+	calls int
+}
+
+func (p *pausingDispatcher) Dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, host dispatch.Host) dispatch.Result {
+	p.calls++
+	if p.calls == 1 {
+		if _, err := p.h.pool.Exec(ctx, `UPDATE job SET b_paused = true WHERE pk_job = $1`, p.job); err != nil {
+			p.h.t.Error(err)
+		}
+	}
+	return p.h.disp.Dispatch(ctx, l, frames, host)
+}
+
+// A job paused after the matcher read its layers: the first batch comes
+// back JobStopped, and the job's other layers are not tried (nor backed
+// off: the pause is not a lack of hosts).
+func TestProcessStopsWhenTheJobIsPaused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 10)
+	h.host(8, "")
+	h.host(8, "")
+	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(4), layer(4)}})
+	pd := &pausingDispatcher{h: h, job: j.ID}
+	m := matcher.New(h.pool, h.hosts, pd, matcher.Config{Attempts: 10, FramesPerLayer: 20, Policy: h.policy},
+		matcher.Options{Registerer: prometheus.NewRegistry(), Backoff: h.backoff, Permits: h.permits})
+	out, err := m.Process(context.Background(), h.cluster, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Dispatched != 0 || out.Layers != 1 || pd.calls != 1 {
+		t.Fatalf("outcome = %+v after %d batches, want one batch and the job left alone", out, pd.calls)
+	}
+	if n := h.hosts.Out(); n != 0 {
+		t.Fatalf("%d hosts left checked out", n)
+	}
+	if held := h.backoff.Held(h.cluster.Key()); len(held) != 0 {
+		t.Fatalf("layers backed off for a pause: %v", held)
+	}
+	var procs int
+	if err := h.pool.QueryRow(context.Background(), `SELECT count(*) FROM proc WHERE pk_job = $1`, j.ID).Scan(&procs); err != nil || procs != 0 {
+		t.Fatalf("%d procs of the paused job, %v", procs, err)
+	}
+}

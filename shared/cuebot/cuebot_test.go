@@ -162,3 +162,41 @@ func TestStates(t *testing.T) {
 		}
 	}
 }
+
+func TestHostOSes(t *testing.T) {
+	for in, want := range map[string][]string{
+		"":                    nil,
+		"rhel9":               {"rhel9"},
+		"rhel7,rhel9":         {"rhel7", "rhel9"},
+		" rhel7 , rocky9 ,, ": {"rhel7", "rocky9"},
+		",":                   nil,
+	} {
+		got := HostOSes(in)
+		if strings.Join(got, "|") != strings.Join(want, "|") || len(got) != len(want) {
+			t.Errorf("HostOSes(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for _, tc := range []struct {
+		host, job string
+		want      bool
+	}{
+		{"rhel7,rhel9", "rhel9", true},
+		{"rhel7,rhel9", "rhel7", true},
+		{"rhel7, rhel9", "rhel9", true},
+		{"rhel7,rhel9", "rhel8", false},
+		{"rhel7,rhel9", "", true},
+		{"rhel7,rhel9", "  ", true},
+		{"", "", true},
+		{"", "rhel9", false},
+		{"rhel9", "RHEL9", false}, // exact, as Cuebot's IN compares
+		{"rhel9", " rhel9 ", true},
+		{"rhel79", "rhel7", false}, // whole elements, not substrings
+	} {
+		if got := HostServesOS(tc.host, tc.job); got != tc.want {
+			t.Errorf("HostServesOS(%q, %q) = %v, want %v", tc.host, tc.job, got, tc.want)
+		}
+		if got := ServesOS(HostOSes(tc.host), tc.job); got != tc.want {
+			t.Errorf("ServesOS(HostOSes(%q), %q) = %v, want %v", tc.host, tc.job, got, tc.want)
+		}
+	}
+}
