@@ -422,3 +422,40 @@ func TestProcessStopsWhenTheJobIsPaused(t *testing.T) {
 		t.Fatalf("%d procs of the paused job, %v", procs, err)
 	}
 }
+
+// keepGuard holds back 4 cores and 8 GB per idle GPU.
+type keepGuard struct{ held int }
+
+func (g *keepGuard) Keep(tags []string, idleGPUs int64) (int64, int64) {
+	return 400 * idleGPUs, 8 * farmtest.GB * idleGPUs
+}
+func (g *keepGuard) Held() { g.held++ }
+
+// With a GPU guard, CPU frames leave an idle GPU's bundle free; GPU frames
+// are not held back by it.
+func TestProcessLeavesIdleGPUsTheirBundle(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 10)
+	h.str(h.seed.Host(context.Background(), farmtest.HostSpec{Name: "gpu1", Alloc: h.alloc, AllocTag: "general", Cores: 8,
+		MemKB: 64 * farmtest.GB, GPUs: 1, GPUMemKB: 16 * farmtest.GB}))
+	g := &keepGuard{}
+	m := matcher.New(h.pool, h.hosts, h.disp, matcher.Config{Attempts: 10, FramesPerLayer: 20, Policy: h.policy},
+		matcher.Options{Registerer: prometheus.NewRegistry(), Backoff: h.backoff, Permits: h.permits, Guard: g})
+	cpu := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(8)}})
+	out, err := m.Process(context.Background(), h.cluster, cpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Dispatched != 4 || g.held == 0 {
+		t.Fatalf("CPU job on an 8-core host with an idle GPU: %+v (held %d), want 4 frames, 4 cores left for the GPU", out, g.held)
+	}
+	gpu := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Name: "g", Tags: []string{"general"}, Frames: 1, Cores: 4,
+		GPUs: 1, GPUMemKB: farmtest.GB, MemKB: farmtest.GB, NotThreadable: true}}})
+	out, err = m.Process(context.Background(), h.cluster, gpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Dispatched != 1 {
+		t.Fatalf("GPU frame: %+v, want it booked on the kept bundle", out)
+	}
+}
