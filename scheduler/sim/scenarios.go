@@ -342,6 +342,7 @@ func (w *World) capScenario(ctx context.Context, what string, limit float64, use
 	if reached {
 		r = 1
 	}
+	w.StopSampling()
 	w.Metric(what+" reached its cap", r, Equal, 1, "")
 	w.Metric(what+" peak use", peak, AtMost, limit, "")
 	return nil
@@ -589,6 +590,7 @@ func runTagsGPU(ctx context.Context, w *World) error {
 	done := w.WaitFor(ctx, 90*time.Second, func() bool {
 		return w.Int(ctx, `SELECT count(*) FROM frame WHERE str_state <> 'SUCCEEDED'`) == 0
 	})
+	w.StopSampling()
 	w.Metric("tag or GPU violations (samples)", float64(violations), Equal, 0, "")
 	d := 0.0
 	if done {
@@ -674,6 +676,7 @@ func runGPUStrand(ctx context.Context, w *World) error {
 		w.Note("GPU frames still waiting 30 s after the GPU job arrived")
 		longest = max(longest, 30)
 	}
+	w.StopSampling()
 	w.Metric("longest stretch an idle GPU stayed stranded", longest, AtMost, 5, "s")
 	return nil
 }
@@ -781,6 +784,7 @@ func runStorm(ctx context.Context, w *World) error {
 	for _, n := range got {
 		total += n
 	}
+	w.StopSampling()
 	w.Metric("completions per second over a minute", float64(total)/60, AtLeast, 150, "/s")
 	w.Metric("largest sampled Redis − SUM(proc) gap (in flight)", gap, Info, 0, " cores")
 	return nil
@@ -924,6 +928,7 @@ func runMigrate(ctx context.Context, w *World) error {
 	lateSched := w.launchedFor(jobIDs["mgd"], offAt.Add(time.Second))
 	w.Metric("scheduler launches of the show 1 s after it went back to Cuebot", float64(lateSched), Equal, 0, "")
 	w.Metric("Cuebot bookings of the show after it went to the scheduler", float64(cuebot.Booked("leg")-legBefore), Equal, 0, "")
+	w.StopSampling()
 	w.Metric("orphan procs older than 30 s (samples, max)", float64(orphans), Equal, 0, "")
 	w.Note("Cuebot booked leg %d, mgd %d frames (refused by its triggers %d); the scheduler launched %d of leg after its flip",
 		cuebot.Booked("leg"), cuebot.Booked("mgd"), cuebot.Refusals(), w.launchedFor(jobIDs["leg"], onAt))

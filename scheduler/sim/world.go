@@ -87,7 +87,9 @@ type World struct {
 	cancel  context.CancelFunc
 	runCtx  context.Context // the load's context (Start to stop)
 	wg      sync.WaitGroup  // the sidecar
-	monWG   sync.WaitGroup  // the monitor
+	monWG   sync.WaitGroup  // the legacy dispatcher
+	monStop context.CancelFunc
+	monDone chan struct{}
 	sidecar *sidecar.Sidecar
 	sCancel context.CancelFunc
 	scheds  []*instance
@@ -262,10 +264,11 @@ func (w *World) Start(ctx context.Context, n int) error {
 	}
 	w.started = time.Now()
 	w.mon = newMonitor(w)
-	w.monWG.Add(1)
+	mctx, mstop := context.WithCancel(rctx)
+	w.monStop, w.monDone = mstop, make(chan struct{})
 	go func() {
-		defer w.monWG.Done()
-		w.mon.run(rctx)
+		defer close(w.monDone)
+		w.mon.run(mctx)
 	}()
 	return nil
 }
@@ -322,6 +325,15 @@ func (w *World) Kill(i int) {
 	in.pool.Close()
 }
 
+// StopSampling stops the monitor (the samplers and the fill curve) and
+// waits for it, so a scenario may read what its samplers wrote.
+func (w *World) StopSampling() {
+	if w.monStop != nil {
+		w.monStop()
+		<-w.monDone
+	}
+}
+
 // Elapsed is the time since Start.
 func (w *World) Elapsed() time.Duration { return time.Since(w.started) }
 
@@ -376,6 +388,7 @@ func (w *World) stop() {
 			<-in.done
 		}
 	}
+	w.StopSampling()
 	w.monWG.Wait()
 	if w.Fake != nil {
 		w.Fake.Stop()
