@@ -35,15 +35,30 @@ func Failed(rs []Result) bool {
 	return false
 }
 
-// WriteJSON writes one JSON object per result, one per line.
+// WriteJSON writes one JSON object per scenario, one per line: its judged
+// run with the comparison variants under "variants".
 func WriteJSON(w io.Writer, rs []Result) error {
 	enc := json.NewEncoder(w)
-	for _, r := range rs {
+	for _, r := range Grouped(rs) {
 		if err := enc.Encode(r); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Grouped folds each scenario's comparison variants into its judged run
+// (Result.Variants), one entry per scenario.
+func Grouped(rs []Result) []Result {
+	var out []Result
+	for _, r := range rs {
+		if !r.Judged && len(out) > 0 && out[len(out)-1].Scenario == r.Scenario {
+			out[len(out)-1].Variants = append(out[len(out)-1].Variants, r)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // WriteTable prints the results as a plain-text table.
@@ -126,7 +141,7 @@ func WriteReport(dir string, rs []Result, header string) error {
 	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(md.String()), 0o644); err != nil {
 		return err
 	}
-	js, err := json.MarshalIndent(rs, "", "  ")
+	js, err := json.MarshalIndent(Grouped(rs), "", "  ")
 	if err != nil {
 		return err
 	}

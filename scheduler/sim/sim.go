@@ -125,6 +125,8 @@ type Result struct {
 	Seed     int64    `json:"seed"`
 	Seconds  float64  `json:"seconds"`
 	Fill     []Point  `json:"-"`
+	// Variants are the scenario's comparison runs (JSON output only).
+	Variants []Result `json:"variants,omitempty"`
 }
 
 // Name is SCENARIO or SCENARIO[variant].

@@ -97,3 +97,21 @@ func TestNotBuiltFails(t *testing.T) {
 		t.Fatalf("not-built scenario: %+v, want one FAIL naming the issue", rs)
 	}
 }
+
+// --json: one object per scenario, its comparison runs folded in.
+func TestGroupedJSON(t *testing.T) {
+	t.Parallel()
+	rs := []sim.Result{
+		{Scenario: "A", Judged: true, Pass: true},
+		{Scenario: "A", Variant: "old", Pass: false},
+		{Scenario: "B", Judged: true},
+	}
+	var b strings.Builder
+	if err := sim.WriteJSON(&b, rs); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `"variants":[{"scenario":"A","variant":"old"`) {
+		t.Fatalf("JSON lines:\n%s", b.String())
+	}
+}
