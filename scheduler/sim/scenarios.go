@@ -10,6 +10,7 @@ import (
 
 	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/rollout"
+	"github.com/cuesched/cuesched/scheduler/testdouble/cuebotemu"
 	"github.com/cuesched/cuesched/shared/config"
 )
 
@@ -36,6 +37,7 @@ func Scenarios() []Scenario {
 		{Name: "LIMIT", Description: "a limit_record of 6 shared by two jobs' layers: running frames reach 6 and never book past it.", Fast: true, Run: runLimit},
 		{Name: "CAPDROP", Description: "a job cap and a subscription burst lowered below live use mid-run, then restored: no wedge, no negative counter, no drift.", Run: runCapDrop},
 		{Name: "DEPENDS", Description: "three jobs of three layers chained layer-on-layer: no frame starts before its dependency is satisfied; every gated frame runs once it is.", Fast: true, Run: runDepends},
+		{Name: "RETRIES", Description: "frames that fail (retried until int_max_retries, then DEAD) and frames killed for memory (retried with the layer's memory raised, as Cuebot does) beside healthy work: every OOM frame succeeds on more memory, every failing frame ends DEAD after its retries, the rest runs.", Fast: true, Run: runRetries},
 		{Name: "TAGS_GPU", Description: "general, GPU-tagged CPU and GPU layers on a farm of tagged CPU and GPU hosts: zero tag or GPU violations.", Fast: true, Run: runTagsGPU},
 		{Name: "GPUSTRAND", Description: "a GPU job arriving behind a CPU flood on GPU hosts: no idle GPU stays stranded behind CPU work for more than 5 s.", Run: runGPUStrand,
 			Variants: []Variant{{Name: "no GPU protection", Config: func(c *config.Config) { c.Queue.GPUProtection = false }}}},
@@ -940,4 +942,75 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// runRetries drives Cuebot's failure paths through the scheduler: a layer
+// whose frames need 5 GB but ask for 2 GB (each is killed for memory until
+// the layer's memory, raised by Cuebot's rule after each kill, covers it), a
+// layer whose frames always exit 1 (retried until the job's
+// int_max_retries, then DEAD), and a healthy layer.
+func runRetries(ctx context.Context, w *World) error {
+	f, err := w.basicFarm(ctx, w.Opts.scale(4), 8)
+	if err != nil {
+		return err
+	}
+	w.RunTimes(200*time.Millisecond, 600*time.Millisecond)
+	const need = 5 * gb
+	oom := oneCore("oom", 24)
+	oom.MemKB = 2 * gb
+	broken := oneCore("broken", 8)
+	healthy := oneCore("healthy", 60)
+	j, err := w.Seed.Job(ctx, farmtest.JobSpec{Name: "retries", Show: f.show, Facility: w.Facility, Priority: 50,
+		MaxCores: farmtest.Uncapped, MaxRetries: 2, Layers: []farmtest.LayerSpec{oom, broken, healthy}})
+	if err != nil {
+		return err
+	}
+	layer := map[string]string{}
+	for _, l := range j.Layers {
+		layer[l.Name] = l.ID
+	}
+	w.LayerOutcome(layer["oom"], func(reserved int64) (int32, int64) {
+		if reserved >= need {
+			return 0, need - gb
+		}
+		return cuebotemu.ExitMemoryFailure, need
+	})
+	w.LayerOutcome(layer["broken"], func(int64) (int32, int64) { return 1, gb / 2 })
+	if err := w.Start(ctx, 0); err != nil {
+		return err
+	}
+	states := func(l string) map[string]int64 {
+		out := map[string]int64{}
+		rows, err := w.Pool.Query(ctx, `SELECT str_state, count(*) FROM frame WHERE pk_layer = $1 GROUP BY 1`, layer[l])
+		if err != nil {
+			return out
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var s string
+			var n int64
+			if rows.Scan(&s, &n) == nil {
+				out[s] = n
+			}
+		}
+		return out
+	}
+	settled := w.WaitFor(ctx, 90*time.Second, func() bool {
+		return states("oom")["SUCCEEDED"] == 24 && states("broken")["DEAD"] == 8 && states("healthy")["SUCCEEDED"] == 60
+	})
+	if !settled {
+		w.Note("not settled in 90 s: oom %v, broken %v, healthy %v", states("oom"), states("broken"), states("healthy"))
+	}
+	var raised int64
+	_ = w.Pool.QueryRow(ctx, `SELECT int_mem_min FROM layer WHERE pk_layer = $1`, layer["oom"]).Scan(&raised)
+	var maxRetries, deadRetries int64
+	_ = w.Pool.QueryRow(ctx, `SELECT COALESCE(min(int_retries), -1), COALESCE(max(int_retries), -1) FROM frame WHERE pk_layer = $1`,
+		layer["broken"]).Scan(&deadRetries, &maxRetries)
+	w.Metric("OOM frames succeeded on raised memory", float64(states("oom")["SUCCEEDED"]), Equal, 24, "")
+	w.Metric("layer memory after the kills covers the need", b2f(raised >= need), Equal, 1, "")
+	w.Metric("failing frames DEAD after their retries", float64(states("broken")["DEAD"]), Equal, 8, "")
+	w.Metric("fewest tries of a DEAD frame (int_max_retries 2)", float64(deadRetries), AtLeast, 2, "")
+	w.Metric("healthy frames succeeded", float64(states("healthy")["SUCCEEDED"]), Equal, 60, "")
+	w.Note("layer oom asks %d MB after the kills (needs %d MB)", raised/1024, need/1024)
+	return nil
 }

@@ -80,6 +80,7 @@ type World struct {
 	runMin  time.Duration
 	runMax  time.Duration
 	runtime sync.Map // layer id -> func(*rand.Rand) time.Duration
+	outcome sync.Map // layer id -> Outcome
 
 	Fake *fakerqd.Server
 	Emu  *cuebotemu.Emulator
@@ -188,6 +189,47 @@ func (w *World) runTimeOf(rf *rqdpb.RunFrame) time.Duration {
 	return w.runMin + time.Duration(w.Rand(func(r *rand.Rand) int { return int(r.Int63n(span)) }))
 }
 
+// Outcome decides how a frame of a layer ends, given the memory it was
+// booked with (KB): exit status 0 (success), 1 (a failure Cuebot retries
+// until int_max_retries, then DEAD) or 33 (a memory kill: Cuebot retries
+// it whatever its retries, and the world raises the layer's memory as
+// Cuebot does), with the max RSS reported.
+type Outcome func(reservedKB int64) (exitStatus int32, maxRSSKB int64)
+
+// LayerOutcome sets how the frames of one layer end (default: success).
+func (w *World) LayerOutcome(layerID string, o Outcome) { w.outcome.Store(layerID, o) }
+
+// minMemoryIncrease is Cuebot's default int_min_memory_increase (2 GB):
+// after a memory kill the layer asks for the frame's max RSS plus this.
+const minMemoryIncrease = 2 * 1048576
+
+// complete hands a fake RQD completion to the Cuebot emulator, with the
+// outcome the layer's Outcome gives, and after a memory kill raises the
+// layer's memory to the frame's max RSS plus minMemoryIncrease, as Cuebot
+// does before the retry.
+func (w *World) complete(ctx context.Context) func(fakerqd.FrameCompletion) {
+	cb := w.Emu.FakeRQDCallback(ctx, func(fakerqd.FrameCompletion, error) {})
+	return func(fc fakerqd.FrameCompletion) {
+		v, ok := w.outcome.Load(fc.LayerID)
+		if !ok {
+			cb(fc)
+			return
+		}
+		var reserved int64
+		if err := w.Pool.QueryRow(ctx, `SELECT int_mem_reserved FROM frame WHERE pk_frame = $1`, fc.FrameID).Scan(&reserved); err != nil {
+			cb(fc)
+			return
+		}
+		fc.ExitStatus, fc.MaxRSSKB = v.(Outcome)(reserved)
+		fc.ExitSignal = 0
+		cb(fc)
+		if fc.ExitStatus == cuebotemu.ExitMemoryFailure {
+			_, _ = w.Pool.Exec(ctx, `UPDATE layer SET int_mem_min = GREATEST(int_mem_min, $2::bigint + $3::bigint) WHERE pk_layer = $1`,
+				fc.LayerID, fc.MaxRSSKB, minMemoryIncrease)
+		}
+	}
+}
+
 // Metric records a measured value with its threshold.
 func (w *World) Metric(name string, value float64, op Op, threshold float64, unit string) {
 	w.mu.Lock()
@@ -240,7 +282,7 @@ func (w *World) Start(ctx context.Context, n int) error {
 	var err error
 	w.Fake, err = fakerqd.Start(fakerqd.Config{
 		Default:    fakerqd.Behavior{RunTimeFunc: w.runTimeOf},
-		OnComplete: w.Emu.FakeRQDCallback(rctx, func(fakerqd.FrameCompletion, error) {}),
+		OnComplete: w.complete(rctx),
 	})
 	if err != nil {
 		return err
