@@ -129,6 +129,7 @@ type Pipeline struct {
 
 	drawMu sync.Mutex
 	draws  *rand.Rand
+	shares sync.Map // cluster key -> lottery frames per job (int)
 }
 
 // New returns a pipeline over feed and worker.
@@ -163,8 +164,13 @@ func New(db jobs.DB, feed *clusters.Feed, worker Worker, cfg Config, o Options) 
 		draws: rand.New(rand.NewSource(seed))}
 }
 
-// LotteryFramesPerJob is the average frame budget of a lottery pass's job.
-const LotteryFramesPerJob = 5
+// LotteryFramesPerJob is the average frame budget of a lottery pass's job
+// on a tight farm; MaxLotteryFramesPerJob bounds it on a farm with room
+// (queue.dispatch_frames_per_job_limit still caps each job).
+const (
+	LotteryFramesPerJob    = 5
+	MaxLotteryFramesPerJob = 40
+)
 
 // LotteryBudgets splits a pass of perJob × len(js) frames across its jobs in
 // proportion to their effective priority (floored at 1), at least one frame
@@ -341,8 +347,15 @@ func (p *Pipeline) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	// few slots of a saturated farm are split by priority, not all handed
 	// to the one job drawn first.
 	var budgets []int
+	share, planned := LotteryFramesPerJob, 0
 	if p.cfg.Lottery {
-		budgets = LotteryBudgets(js, LotteryFramesPerJob)
+		if v, ok := p.shares.Load(c.Key()); ok {
+			share = v.(int)
+		}
+		budgets = LotteryBudgets(js, share)
+		for _, b := range budgets {
+			planned += b
+		}
 	}
 	prev := make(chan struct{})
 	close(prev)
@@ -380,6 +393,19 @@ func (p *Pipeline) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	}
 	wg.Wait()
 
+	if planned > 0 {
+		// A pass that spent every budget left free hosts behind: the
+		// farm has room, so the next pass of this cluster hands out
+		// twice the frames (the lottery still splits them by weight); a
+		// pass that could not spend half of them goes back to the
+		// tight-farm share, where the split matters.
+		switch {
+		case total >= planned && ctx.Err() == nil:
+			p.shares.Store(c.Key(), min(share*2, MaxLotteryFramesPerJob))
+		case total*2 < planned:
+			p.shares.Store(c.Key(), LotteryFramesPerJob)
+		}
+	}
 	res := PassResult{Jobs: len(js), Dispatched: total}
 	switch {
 	case ctx.Err() != nil:

@@ -86,7 +86,7 @@ func runPriority(ctx context.Context, w *World) error {
 		return err
 	}
 	waiting := w.Int(ctx, `SELECT count(*) FROM frame WHERE str_state = 'WAITING'`)
-	got, err := w.window(ctx, 20*time.Second)
+	got, err := w.window(ctx, 30*time.Second)
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func runPriority(ctx context.Context, w *World) error {
 		total += got[n]
 		line += fmt.Sprintf(" %s:%d", n, got[n])
 	}
-	w.Note("completions in the 20 s window:%s", line)
+	w.Note("completions in the 30 s window:%s", line)
 	w.Metric("Spearman rho(priority, completions)", Spearman(xs, ys), AtLeast, 0.9, "")
 	w.Metric("oversubscription (waiting ÷ cores)", float64(waiting)/float64(f.cores), AtLeast, 9, "x")
 	w.Metric("completions in window", float64(total), Info, 0, "")
