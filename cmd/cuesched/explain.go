@@ -41,6 +41,7 @@ func runExplain(ctx context.Context, c *cli, args []string) int {
 	name := fs.name
 	cf := addConnFlags(fs, false)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	gpuProtection := fs.Bool("gpu-protection", true, "classify as the scheduler does with queue.gpu_protection on (the strand reason)")
 	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
 	pos, code, done := fs.parseInterleaved(args)
 	if done {
@@ -63,7 +64,7 @@ func runExplain(ctx context.Context, c *cli, args []string) int {
 	}
 	defer cn.close()
 	pool := cn.pool
-	reps, err := explain.Layers(ctx, pool, job, layer)
+	reps, err := explain.Layers(ctx, pool, job, layer, *gpuProtection)
 	if err != nil {
 		fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
 		return 1

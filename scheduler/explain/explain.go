@@ -42,7 +42,7 @@ const (
 	// Limit: one of the layer's limits is at its max running frames.
 	Limit Reason = "limit"
 	// Strand: GPU protection keeps CPU work off the cores an idle GPU
-	// needs. Not produced until GPU protection is built.
+	// needs while GPU work waits (queue.gpu_protection).
 	Strand Reason = "strand"
 	// Capacity: a host fits the frame, but none has the room free now.
 	Capacity Reason = "capacity"
@@ -69,10 +69,13 @@ type Facts struct {
 	// Hosts that serve the layer; of those, FitTotal fit one frame when
 	// idle and FitIdle fit one now. BestIdle / BestTotal name the roomiest.
 	Hosts, FitTotal, FitIdle int
-	BestIdle, BestTotal      string
-	BurstFull                bool
-	FolderFull, JobFull      bool
-	LimitFull                string // the name of a limit at its max, or ""
+	// FitIdleUnguarded: hosts that would fit one now if GPU protection did
+	// not hold their room for idle GPUs.
+	FitIdleUnguarded    int
+	BestIdle, BestTotal string
+	BurstFull           bool
+	FolderFull, JobFull bool
+	LimitFull           string // the name of a limit at its max, or ""
 }
 
 // Classify returns the reason of the layer's WAITING frames and a line of
@@ -98,6 +101,8 @@ func Classify(f Facts) (Reason, string) {
 		return JobCap, "the job is at its max cores"
 	case f.LimitFull != "":
 		return Limit, fmt.Sprintf("limit %q is at its max running frames", f.LimitFull)
+	case f.FitIdle == 0 && f.FitIdleUnguarded > 0:
+		return Strand, fmt.Sprintf("GPU protection holds the room of %s for their idle GPUs while GPU work waits", hosts(f.FitIdleUnguarded))
 	case f.FitIdle == 0:
 		return Capacity, fmt.Sprintf("%s fit a frame, none has the room free now (roomiest when idle: %s)", hosts(f.FitTotal), f.BestTotal)
 	}
@@ -127,9 +132,23 @@ type DB interface {
 
 // layerFactsSQL: one row per layer with waiting or depend frames of a
 // PENDING job of a scheduler-managed show ($1: a job name or id, or ” for
-// all), with the same caps the pending-job query applies.
+// all; $2 a layer), with the same caps the pending-job query applies and,
+// when $3 (GPU protection), the room a CPU frame must leave for idle GPUs
+// while GPU work waits (package gpuguard: per idle GPU, the smallest
+// per-GPU cores and memory of the waiting GPU layers with the host's tags).
 const layerFactsSQL = `
-WITH lay AS (
+WITH gpuwant AS (
+    SELECT t.tag, min(GREATEST(l.int_cores_min, 0)::float8 / l.int_gpus_min) AS cores_per_gpu,
+           min(GREATEST(l.int_mem_min, 0)::float8 / l.int_gpus_min) AS mem_per_gpu
+    FROM layer l
+    JOIN layer_stat ls ON ls.pk_layer = l.pk_layer
+    JOIN job j         ON j.pk_job = l.pk_job
+    JOIN show sh       ON sh.pk_show = j.pk_show
+    CROSS JOIN LATERAL unnest(string_to_array(replace(l.str_tags::text, ' ', ''), '|')) AS t(tag)
+    WHERE $3::bool AND l.int_gpus_min > 0 AND ls.int_waiting_count > 0
+      AND j.str_state = 'PENDING' AND NOT j.b_paused AND sh.b_active AND sh.b_scheduler_managed
+    GROUP BY t.tag
+), lay AS (
     SELECT l.pk_layer, l.str_name AS layer, j.pk_job, j.str_name AS job, j.pk_show, sh.str_name AS show,
            j.pk_facility, j.pk_folder, j.b_paused, COALESCE(j.str_os, '') AS os,
            GREATEST(l.int_cores_min, 0) AS cores_min, l.int_mem_min AS mem_min,
@@ -147,7 +166,7 @@ WITH lay AS (
 )
 SELECT lay.show, lay.job, lay.layer, lay.os, lay.b_paused, lay.waiting, lay.depend, lay.running,
        lay.cores_min, lay.mem_min, lay.gpus_min,
-       hc.hosts, hc.fit_total, hc.fit_idle, COALESCE(hc.best_idle, ''), COALESCE(hc.best_total, ''),
+       hc.hosts, hc.fit_total, hc.fit_idle, hc.fit_idle_unguarded, COALESCE(hc.best_idle, ''), COALESCE(hc.best_total, ''),
        NOT EXISTS (
            SELECT 1 FROM subscription s JOIN alloc a ON a.pk_alloc = s.pk_alloc
            WHERE s.pk_show = lay.pk_show AND a.pk_facility = lay.pk_facility AND s.int_burst > 0
@@ -170,8 +189,9 @@ JOIN folder_resource fr ON fr.pk_folder = lay.pk_folder
 CROSS JOIN LATERAL (
     SELECT count(*) AS hosts,
            count(*) FILTER (WHERE c.fits) AS fit_total,
-           count(*) FILTER (WHERE c.fits_now) AS fit_idle,
-           (array_agg(c.str_name ORDER BY c.gpu_spill, c.int_cores_idle DESC, c.str_name) FILTER (WHERE c.fits_now))[1] AS best_idle,
+           count(*) FILTER (WHERE c.fits_now AND c.keeps_room) AS fit_idle,
+           count(*) FILTER (WHERE c.fits_now) AS fit_idle_unguarded,
+           (array_agg(c.str_name ORDER BY c.gpu_spill, c.int_cores_idle DESC, c.str_name) FILTER (WHERE c.fits_now AND c.keeps_room))[1] AS best_idle,
            (array_agg(c.str_name ORDER BY c.gpu_spill, c.int_cores DESC, c.str_name) FILTER (WHERE c.fits))[1] AS best_total
     FROM (
         SELECT h.str_name, h.int_cores, h.int_cores_idle,
@@ -182,7 +202,13 @@ CROSS JOIN LATERAL (
                os_ok AND h.int_cores_idle >= GREATEST(lay.cores_min, 1)
                      AND LEAST(h.int_mem_idle, hs.int_mem_free) >= lay.mem_min
                      AND h.int_gpus_idle >= lay.gpus_min
-                     AND LEAST(h.int_gpu_mem_idle, hs.int_gpu_mem_free) >= lay.gpu_mem_min AS fits_now
+                     AND LEAST(h.int_gpu_mem_idle, hs.int_gpu_mem_free) >= lay.gpu_mem_min AS fits_now,
+               (lay.gpus_min > 0 OR h.int_gpus_idle <= 0 OR NOT EXISTS (
+                    SELECT 1 FROM gpuwant g JOIN host_tag ht3 ON ht3.str_tag = g.tag
+                    WHERE ht3.pk_host = h.pk_host
+                    GROUP BY ht3.pk_host
+                    HAVING h.int_cores_idle - h.int_gpus_idle * min(g.cores_per_gpu) < GREATEST(lay.cores_min, 1)
+                        OR LEAST(h.int_mem_idle, hs.int_mem_free) - h.int_gpus_idle * min(g.mem_per_gpu) < lay.mem_min)) AS keeps_room
         FROM host h
         JOIN host_stat hs ON hs.pk_host = h.pk_host
         JOIN alloc a      ON a.pk_alloc = h.pk_alloc
@@ -203,8 +229,10 @@ type LayerReport struct {
 
 // Layers explains the layers of a job (job: name or id; layer: name or id,
 // "" for all), or of every managed show's pending jobs when job is "".
-func Layers(ctx context.Context, db DB, job, layer string) ([]LayerReport, error) {
-	rows, err := db.Query(ctx, layerFactsSQL, job, layer)
+// gpuProtection says whether GPU protection (queue.gpu_protection) holds
+// idle GPUs' room from CPU work, as the scheduler does.
+func Layers(ctx context.Context, db DB, job, layer string, gpuProtection bool) ([]LayerReport, error) {
+	rows, err := db.Query(ctx, layerFactsSQL, job, layer, gpuProtection)
 	if err != nil {
 		return nil, fmt.Errorf("explain: %w", err)
 	}
@@ -213,7 +241,7 @@ func Layers(ctx context.Context, db DB, job, layer string) ([]LayerReport, error
 	for rows.Next() {
 		var f Facts
 		if err := rows.Scan(&f.Show, &f.Job, &f.Layer, &f.OS, &f.Paused, &f.Waiting, &f.Depend, &f.Running,
-			&f.CoresMin, &f.MemMinKB, &f.GPUsMin, &f.Hosts, &f.FitTotal, &f.FitIdle, &f.BestIdle, &f.BestTotal,
+			&f.CoresMin, &f.MemMinKB, &f.GPUsMin, &f.Hosts, &f.FitTotal, &f.FitIdle, &f.FitIdleUnguarded, &f.BestIdle, &f.BestTotal,
 			&f.BurstFull, &f.FolderFull, &f.JobFull, &f.LimitFull); err != nil {
 			return nil, fmt.Errorf("explain: %w", err)
 		}
@@ -235,8 +263,8 @@ type Count struct {
 
 // Waiting counts the waiting frames of every scheduler-managed show by
 // reason (the cuesched_waiting_frames gauge), sorted by show and reason.
-func Waiting(ctx context.Context, db DB) ([]Count, error) {
-	ls, err := Layers(ctx, db, "", "")
+func Waiting(ctx context.Context, db DB, gpuProtection bool) ([]Count, error) {
+	ls, err := Layers(ctx, db, "", "", gpuProtection)
 	if err != nil {
 		return nil, err
 	}

@@ -95,7 +95,7 @@ func TestEveryReason(t *testing.T) {
 	one(farmtest.JobSpec{Name: "flowing"}, farmtest.LayerSpec{})
 	one(farmtest.JobSpec{Name: "unmanaged", Show: legacy}, farmtest.LayerSpec{})
 
-	ls, err := explain.Layers(ctx, pool, "", "")
+	ls, err := explain.Layers(ctx, pool, "", "", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,12 +125,12 @@ func TestEveryReason(t *testing.T) {
 	}
 
 	// One job, one layer.
-	one1, err := explain.Layers(ctx, pool, "jobcap", "jobcap")
+	one1, err := explain.Layers(ctx, pool, "jobcap", "jobcap", true)
 	if err != nil || len(one1) != 1 || one1[0].Reason != explain.JobCap {
 		t.Fatalf("explain jobcap jobcap = %+v, %v", one1, err)
 	}
 
-	counts, err := explain.Waiting(ctx, pool)
+	counts, err := explain.Waiting(ctx, pool, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,5 +179,48 @@ func TestClassifyOrder(t *testing.T) {
 	}
 	if len(order) != 11 {
 		t.Errorf("Reasons() = %v", order)
+	}
+}
+
+// A CPU layer whose only room is a GPU host's, held for its idle GPU while
+// GPU work waits: strand with GPU protection, flowing without.
+func TestStrand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := &farmtest.Seeder{DB: pool}
+	str, show, job := must[string](t), must[farmtest.Show](t), must[farmtest.Job](t)
+	fac := str(s.Facility(ctx, "f1"))
+	sh := show(s.Show(ctx, "alpha", true))
+	alloc := str(s.Alloc(ctx, fac, "f1.gpu", "gpu"))
+	str(s.Subscribe(ctx, sh, alloc, 100, 100))
+	gpu := str(s.Host(ctx, farmtest.HostSpec{Name: "gpu1", Alloc: alloc, AllocTag: "gpu", Cores: 8, MemKB: 64 * farmtest.GB,
+		GPUs: 1, GPUMemKB: 16 * farmtest.GB}))
+	busy := job(s.Job(ctx, farmtest.JobSpec{Name: "busy", Show: sh, Facility: fac,
+		Layers: []farmtest.LayerSpec{{Name: "busy", Tags: []string{"gpu"}, Frames: 1}}}))
+	str(s.Proc(ctx, farmtest.ProcSpec{Host: gpu, Frame: busy.Layers[0].Frames[0], Cores: 5, MemKB: farmtest.GB}))
+	job(s.Job(ctx, farmtest.JobSpec{Name: "gpujob", Show: sh, Facility: fac,
+		Layers: []farmtest.LayerSpec{{Name: "g", Tags: []string{"gpu"}, Frames: 1, Cores: 4, GPUs: 1, GPUMemKB: farmtest.GB}}}))
+	job(s.Job(ctx, farmtest.JobSpec{Name: "cpujob", Show: sh, Facility: fac,
+		Layers: []farmtest.LayerSpec{{Name: "c", Tags: []string{"gpu"}, Frames: 2}}}))
+	for _, c := range []struct {
+		protect bool
+		want    explain.Reason
+	}{{true, explain.Strand}, {false, explain.Flowing}} {
+		ls, err := explain.Layers(ctx, pool, "cpujob", "", c.protect)
+		if err != nil || len(ls) != 1 {
+			t.Fatalf("explain cpujob: %+v, %v", ls, err)
+		}
+		if ls[0].Reason != c.want {
+			t.Errorf("GPU protection %t: reason %q (%s), want %q", c.protect, ls[0].Reason, ls[0].Detail, c.want)
+		}
+	}
+	ls, err := explain.Layers(ctx, pool, "gpujob", "", true)
+	if err != nil || len(ls) != 1 || ls[0].Reason != explain.Capacity {
+		t.Fatalf("the GPU layer (3 idle cores, needs 4): %+v, %v; want capacity", ls, err)
 	}
 }

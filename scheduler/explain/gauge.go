@@ -18,6 +18,8 @@ type Gauge struct {
 	Interval time.Duration
 	Leader   func() bool
 	Logger   hclog.Logger
+	// GPUProtection mirrors queue.gpu_protection (the strand reason).
+	GPUProtection bool
 
 	vec *prometheus.GaugeVec
 }
@@ -60,7 +62,7 @@ func (g *Gauge) Update(ctx context.Context) {
 		g.vec.Reset()
 		return
 	}
-	counts, err := Waiting(ctx, g.DB)
+	counts, err := Waiting(ctx, g.DB, g.GPUProtection)
 	if err != nil {
 		if ctx.Err() == nil {
 			g.Logger.Warn("waiting-frame count failed", "error", err)

@@ -2,8 +2,10 @@
 // of scheduler-managed shows wait, a CPU frame may not take the cores and
 // memory that an idle GPU of its host needs: the guard holds back, on every
 // host with idle GPUs, one bundle per idle GPU, the bundle being the
-// smallest per-GPU share (cores ÷ GPUs, memory ÷ GPUs) of the waiting GPU
-// layers whose tags the host's cluster serves. With no GPU work waiting the
+// smallest per-GPU cores and the smallest per-GPU memory (cores ÷ GPUs,
+// memory ÷ GPUs, each a minimum on its own) of the waiting GPU layers whose
+// tags the host's cluster serves. `cuesched explain` reads the same rule
+// in SQL for its strand reason. With no GPU work waiting the
 // guard holds nothing back, so GPU hosts are ordinary CPU capacity when
 // nobody needs their GPUs.
 //
@@ -118,10 +120,11 @@ func (g *Guard) Refresh(ctx context.Context) error {
 			if t = strings.TrimSpace(t); t == "" {
 				continue
 			}
-			cur, ok := d.byTag[t]
-			if !ok || b.Cores < cur.Cores || (b.Cores == cur.Cores && b.MemKB < cur.MemKB) {
-				d.byTag[t] = b
+			nb := b
+			if cur, ok := d.byTag[t]; ok {
+				nb = Bundle{Cores: min(b.Cores, cur.Cores), MemKB: min(b.MemKB, cur.MemKB)}
 			}
+			d.byTag[t] = nb
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -163,8 +166,12 @@ func (g *Guard) Keep(tags []string, idleGPUs int64) (cores, memKB int64) {
 	found := false
 	for _, t := range tags {
 		b, ok := d.byTag[t]
-		if ok && (!found || b.Cores < best.Cores || (b.Cores == best.Cores && b.MemKB < best.MemKB)) {
+		switch {
+		case !ok:
+		case !found:
 			best, found = b, true
+		default:
+			best = Bundle{Cores: min(b.Cores, best.Cores), MemKB: min(b.MemKB, best.MemKB)}
 		}
 	}
 	if !found {

@@ -279,6 +279,7 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 		if err != nil {
 			return nil, err
 		}
+		g.GPUProtection = q.GPUProtection
 		s.loops = append(s.loops, g.Run)
 	}
 
