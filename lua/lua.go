@@ -78,8 +78,9 @@
 //
 // ResvGrant (resv_grant.lua) grants one reservation atomically: refused if
 // the host holds a live reservation, the layer holds one elsewhere, or the
-// live reservations reach the caller's maximum, overall or in the host's
-// allocation (index members whose hash expired are dropped first). The
+// live reservations reach the caller's maximum, overall or among the hosts
+// the caller lists (the hosts of the allocation that would fit the layer's
+// frame when idle); index members whose hash expired are dropped first. The
 // expiry is set from Redis' TIME plus the caller's timeout. ResvEnd
 // (resv_end.lua) deletes one, optionally only if a given layer owns it.
 // Neither touches acct:seq: reservations are not accounting.

@@ -18,9 +18,12 @@
 --          after the grant, by Redis time
 -- ARGV[11] granted by (instance name)
 -- ARGV[12] max reservations held at once (integer >= 0)
--- ARGV[13] max reservations held in the host's allocation (integer >= 0)
+-- ARGV[13] max reservations held among ARGV[16..] (integer >= 0)
 -- ARGV[14] owner layer name (display)
 -- ARGV[15] owner job name (display)
+-- ARGV[16..] the hosts of the host's allocation that would fit a frame of
+--          the layer when idle (the host itself included): at most
+--          ARGV[13] of them may be reserved, by anyone
 --
 -- Index members whose hash is gone or expired are dropped first (their
 -- hashes deleted), so the counts are of live reservations only. Index
@@ -31,7 +34,7 @@
 --   {0, "host_reserved", layer}      the host already holds a live reservation
 --   {0, "layer_holds", host}         the layer already holds one (on host)
 --   {0, "max_grants", held}          ARGV[12] reservations are held
---   {0, "max_fraction", held}        ARGV[13] are held in the allocation
+--   {0, "max_fraction", held}        ARGV[13] of the fitting hosts are reserved
 
 local function isint(v)
   local n = tonumber(v)
@@ -60,6 +63,8 @@ local function live(f)
   return f[1] and (tonumber(f[3]) or 0) > now
 end
 
+local fitting = {}
+for i = 16, #ARGV do fitting[ARGV[i]] = true end
 local held, inAlloc, holds = 0, 0, nil
 for _, m in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   local hk = 'acct:resv:host:' .. m
@@ -69,7 +74,7 @@ for _, m in ipairs(redis.call('SMEMBERS', KEYS[2])) do
     if f[1] then redis.call('DEL', hk) end
   else
     held = held + 1
-    if f[2] == alloc then inAlloc = inAlloc + 1 end
+    if fitting[m] then inAlloc = inAlloc + 1 end
     if f[1] == layer then holds = m end
   end
 end

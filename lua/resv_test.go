@@ -15,12 +15,24 @@ var (
 	resvIndex = "acct:resv:index"
 )
 
+// fittingOf lists the hosts a test grant says fit: those of allocation
+// A1 are H1..H4, of A2 H5..H8; any other allocation: the host alone.
+func fittingOf(host, alloc string) []any {
+	switch alloc {
+	case "A1":
+		return []any{"H1", "H2", "H3", "H4"}
+	case "A2":
+		return []any{"H5", "H6", "H7", "H8", "H3"}
+	}
+	return []any{host}
+}
+
 // grant runs resv_grant.lua with the defaults of most tests.
 func (e *env) grant(host, layer, alloc string, readyAt int64, timeout time.Duration, maxGrants, maxInAlloc int) []any {
 	e.t.Helper()
-	return e.mustEval(lua.ResvGrant(), []string{"acct:resv:host:" + host, resvIndex},
-		host, host+".name", layer, "J-"+layer, show, alloc, 6400, 8*1024*1024, readyAt, timeout.Milliseconds(),
-		"test", maxGrants, maxInAlloc, layer+".name", "J-"+layer+".name")
+	args := []any{host, host + ".name", layer, "J-" + layer, show, alloc, 6400, 8 * 1024 * 1024, readyAt, timeout.Milliseconds(),
+		"test", maxGrants, maxInAlloc, layer + ".name", "J-" + layer + ".name"}
+	return e.mustEval(lua.ResvGrant(), []string{"acct:resv:host:" + host, resvIndex}, append(args, fittingOf(host, alloc)...)...)
 }
 
 func (e *env) endResv(host, layer string) []any {
@@ -106,6 +118,15 @@ func TestResvGrantRefusals(t *testing.T) {
 	if got := reply(e.grant("H3", "L3", "A1", ready, time.Minute, 3, 2)); got != "0 max_fraction 2" {
 		t.Errorf("third in the allocation = %q", got)
 	}
+	// Only the listed (fitting) hosts count: in A2's list H3 is the only
+	// one reserved... once it is.
+	if got := e.grant("H5", "L3", "A2", ready, time.Minute, 3, 1); got[0] != int64(1) {
+		t.Errorf("first among other fitting hosts = %v", got)
+	}
+	if got := reply(e.grant("H6", "L4", "A2", ready, time.Minute, 4, 1)); got != "0 max_fraction 1" {
+		t.Errorf("second among A2's fitting hosts, max 1 = %q", got)
+	}
+	e.endResv("H5", "")
 	if got := e.grant("H3", "L3", "A2", ready, time.Minute, 3, 2); got[0] != int64(1) {
 		t.Errorf("third in another allocation = %v", got)
 	}
