@@ -43,6 +43,7 @@ package matcher
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -404,6 +405,7 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 	remaining := l.Frames
 	attempts := 0
 	var watch jobs.Watch // of the last miss
+	var refused []string // hosts the booking script found reserved for others
 	for attempts < m.cfg.Attempts && len(remaining) > 0 && ctx.Err() == nil {
 		attempts++
 		// A job's max cores has no "unlimited" value in Cuebot: 0 or
@@ -418,7 +420,7 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 				if m.quarantined(h.ID) {
 					return false
 				}
-				if m.resv != nil && !m.resv.Admit(h.ID, l, now) {
+				if slices.Contains(refused, h.ID) || (m.resv != nil && !m.resv.Admit(h.ID, l, now)) {
 					return false
 				}
 				keep(&h)
@@ -465,6 +467,9 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 				}
 			}
 			remaining = kept
+		}
+		if res.Stop == dispatch.Reserved {
+			refused = append(refused, host.ID)
 		}
 		r.dispatched += len(res.Dispatched)
 		l.JobCoresLive += res.CoresBooked
