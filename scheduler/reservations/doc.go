@@ -59,7 +59,13 @@
 //     OwnerBooked once the proc is committed and launched);
 //   - paused, job_ended (killed or finished), satisfied (no waiting frame
 //     left), gone (layer deleted): the loop's sweep, any instance;
-//   - timeout: held for queue.reservations.timeout (30 m).
+//   - timeout: held for queue.reservations.timeout (30 m). This is also
+//     how a reservation ends whose host went down, or whose owner cannot
+//     book for a reason the sweep does not read (a job or folder cap, a
+//     limit).
+//
+// Cuebot's own dispatcher (shows not managed by cuesched, on the same
+// hosts) knows nothing of reservations.
 //
 // # Shared state
 //
