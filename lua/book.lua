@@ -14,6 +14,8 @@
 -- KEYS[11] acct:rep:{show}          repair session (field "gen"), if any
 -- KEYS[12] acct:repc:{show}         repair session: cores per key
 -- KEYS[13] acct:repg:{show}         repair session: GPUs per key
+-- KEYS[14] acct:resv:host:{host}     host reservation (optional: without it,
+--                                    no reservation check)
 --
 -- ARGV[1]  mode: "check" (enforce caps) or "force" (apply unconditionally)
 -- ARGV[2]  proc id
@@ -25,9 +27,20 @@
 -- ARGV[8]  job int_max_gpus seed    ("" = not supplied)
 -- ARGV[9]  folder int_max_cores seed ("" = not supplied)
 -- ARGV[10] folder int_max_gpus seed  ("" = not supplied)
+-- ARGV[11] host id                   (with KEYS[14])
+-- ARGV[12] layer id of the booking   (with KEYS[14]; the owner test)
+-- ARGV[13] backfill-until, unix ms   ("" = no backfill claim): when the
+--          frame is expected to end at the latest (worst-case runtime)
 --
 -- Returns
 --   {1, seq}                          booked; seq = acct:seq after the booking
+--   {1, seq, "owner"}                 booked by the owner of the host's reservation
+--   {1, seq, "backfill"}              booked on a reserved host as an EASY
+--                                     backfill (ends before the ready time)
+--   {0, "reservation", until, ready_at, why, owner_layer, owner_job}
+--                                     the host is reserved for another layer;
+--                                     why = "reserved" (no backfill claim) or
+--                                     "backfill" (until > ready_at); nothing written
 --   {0, table, current, limit[, why]} a cap would be exceeded; nothing written
 --                                     (why = "missing": no subscription, or a
 --                                     folder/job cap field never written)
@@ -51,6 +64,17 @@ if show == nil or show == '' then return redis.error_reply('ERR acct book: empty
 if not isint(ARGV[4]) or not isint(ARGV[5]) or not isint(ARGV[6]) then
   return redis.error_reply('ERR acct book: cores, centicores and gpus must be non-negative integers, got '
     .. tostring(ARGV[4]) .. ', ' .. tostring(ARGV[5]) .. ', ' .. tostring(ARGV[6]))
+end
+local resv = KEYS[14]
+if resv == '' then resv = nil end
+if resv then
+  if ARGV[11] == nil or ARGV[11] == '' or ARGV[12] == nil or ARGV[12] == '' then
+    return redis.error_reply('ERR acct book: a reservation check needs the host id (ARGV[11]) and the layer id (ARGV[12])')
+  end
+  local u = ARGV[13]
+  if u ~= nil and u ~= '' and not isint(u) then
+    return redis.error_reply('ERR acct book: backfill-until ARGV[13] is not a non-negative integer of ms: ' .. u)
+  end
 end
 for i = 7, 10 do
   local v = ARGV[i]
@@ -129,6 +153,33 @@ if mode == 'check' then
   end
 end
 
+-- Firm host reservation: a live reservation (expires_at after now) lets
+-- only its owner layer book the host, or a backfill that ends (by its
+-- worst-case runtime) no later than the host's projected ready time.
+local tag = nil
+if mode == 'check' and resv then
+  local r = redis.call('HMGET', resv, 'layer', 'ready_at', 'expires_at', 'job')
+  if r[1] then
+    local t0 = redis.call('TIME')
+    local now = tonumber(t0[1]) * 1000 + math.floor(tonumber(t0[2]) / 1000)
+    if (tonumber(r[3]) or 0) > now then
+      if r[1] == ARGV[12] then
+        tag = 'owner'
+      else
+        local ready = tonumber(r[2]) or 0
+        local u = tonumber(ARGV[13])
+        if u == nil then
+          return {0, 'reservation', 0, ready, 'reserved', r[1], r[4] or ''}
+        end
+        if u > ready then
+          return {0, 'reservation', u, ready, 'backfill', r[1], r[4] or ''}
+        end
+        tag = 'backfill'
+      end
+    end
+  end
+end
+
 for i = 1, 5 do
   redis.call('HINCRBY', KEYS[i], 'int_cores', string.format('%d', cores))
   redis.call('HINCRBY', KEYS[i], 'int_gpus', string.format('%d', gpus))
@@ -149,5 +200,10 @@ if gen then
     redis.call('HINCRBY', KEYS[13], KEYS[i], string.format('%d', gpus))
   end
   redis.call('HSET', KEYS[7], 'rg', gen)
+end
+if tag then
+  if tag == 'backfill' then redis.call('HINCRBY', resv, 'backfills', 1) end
+  redis.call('HSET', KEYS[7], 'resv', tag)
+  return {1, seq, tag}
 end
 return {1, seq}

@@ -40,6 +40,13 @@
 //	acct:rep:{show}     HASH  open repair session of the show (gen), with
 //	acct:repc:{show}    HASH  its sums: cores per accounting key, and
 //	acct:repg:{show}    HASH  GPUs per accounting key (all with a TTL)
+//	acct:resv:host:{host} HASH firm host reservation (scheduler/reservations):
+//	                          host, host_name, layer, job, show, alloc,
+//	                          layer_name, job_name, cores (centicores one
+//	                          frame needs), mem (KB), ready_at and
+//	                          expires_at (unix ms), granted_at, granted_by,
+//	                          backfills (EASY backfills admitted)
+//	acct:resv:index     SET   host ids holding a reservation
 //
 // # Scripts
 //
@@ -57,6 +64,26 @@
 // ({2, seq}), so a retried booking is never counted twice; a tombstone
 // ({4}) refuses a booking whose proc was already released. An unseeded show
 // answers {3}, never a rejection against a cap of 0.
+//
+// Book also honours firm host reservations when the caller names the host
+// (KEYS[14], ARGV[11..13]): after the caps pass, a live reservation on the
+// host (expires_at after Redis' TIME) lets only its owner layer book, or a
+// backfill whose backfill-until (the frame's worst-case end) is no later
+// than the reservation's ready_at; anything else is refused with {0,
+// "reservation", until, ready_at, why, owner_layer, owner_job} and no
+// write. A booking by the owner answers {1, seq, "owner"} (the caller ends
+// the reservation once the proc is committed), an admitted backfill {1,
+// seq, "backfill"} (counted in the reservation's backfills). Without
+// KEYS[14] nothing about reservations is read.
+//
+// ResvGrant (resv_grant.lua) grants one reservation atomically: refused if
+// the host holds a live reservation, the layer holds one elsewhere, or the
+// live reservations reach the caller's maximum, overall or among the hosts
+// the caller lists (the hosts of the allocation that would fit the layer's
+// frame when idle); index members whose hash expired are dropped first. The
+// expiry is set from Redis' TIME plus the caller's timeout. ResvEnd
+// (resv_end.lua) deletes one, optionally only if a given layer owns it.
+// Neither touches acct:seq: reservations are not accounting.
 //
 // Release (release.lua) is record-driven: it subtracts exactly what the
 // record charged, from the keys the record names (so a proc is released
@@ -138,6 +165,19 @@ var seedSrc string
 
 //go:embed limits.lua
 var limitsSrc string
+
+//go:embed resv_grant.lua
+var resvGrantSrc string
+
+//go:embed resv_end.lua
+var resvEndSrc string
+
+// ResvGrant returns the source of the reservation grant script
+// (resv_grant.lua).
+func ResvGrant() string { return resvGrantSrc }
+
+// ResvEnd returns the source of the reservation end script (resv_end.lua).
+func ResvEnd() string { return resvEndSrc }
 
 // Book returns the source of the booking script (book.lua).
 func Book() string { return bookSrc }

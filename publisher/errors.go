@@ -3,6 +3,7 @@ package publisher
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrShowNotSeeded is matched (errors.Is) by a *NotSeededError.
@@ -83,4 +84,33 @@ func (e *LimitError) Error() string {
 		return fmt.Sprintf("%s: %s not in Redis (never seeded): refused until the limit reseed writes it", id, what)
 	}
 	return fmt.Sprintf("%s exceeded: %s: %d + %d > %d %s", what, id, e.Current, e.Delta, e.Limit, unit)
+}
+
+// TableReservation is the table name the booking script gives a refusal by
+// a host reservation (ReservedError).
+const TableReservation = "reservation"
+
+// ReservedError: the host holds a firm reservation for another layer
+// (scheduler/reservations) and the booking was neither its owner's nor an
+// admissible backfill; nothing was charged. Another host may take it.
+type ReservedError struct {
+	Host       string
+	OwnerLayer string
+	OwnerJob   string
+	// ReadyAt is the reservation's projected ready time.
+	ReadyAt time.Time
+	// Until is the booking's backfill-until (zero: it claimed none).
+	Until time.Time
+	// Backfill: the booking claimed a backfill that would end after
+	// ReadyAt; otherwise it claimed none (its layer has no runtime history).
+	Backfill bool
+}
+
+func (e *ReservedError) Error() string {
+	if e.Backfill {
+		return fmt.Sprintf("host %s is reserved for layer %s (job %s): a backfill ending %s would end after its ready time %s",
+			e.Host, e.OwnerLayer, e.OwnerJob, e.Until.UTC().Format(time.RFC3339Nano), e.ReadyAt.UTC().Format(time.RFC3339Nano))
+	}
+	return fmt.Sprintf("host %s is reserved for layer %s (job %s) until it is ready at %s; this booking claims no backfill (no runtime history)",
+		e.Host, e.OwnerLayer, e.OwnerJob, e.ReadyAt.UTC().Format(time.RFC3339Nano))
 }

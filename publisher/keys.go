@@ -14,7 +14,13 @@ const (
 	ShowsKey     = "acct:shows"
 	LSNKey       = "acct:sidecar:lsn"
 	procPrefix   = "acct:proc:"
+	// ResvIndexKey is the set of host ids holding a firm reservation
+	// (scheduler/reservations).
+	ResvIndexKey = "acct:resv:index"
 )
+
+// ResvHostKey is a host's firm reservation, acct:resv:host:{host}.
+func ResvHostKey(host string) string { return "acct:resv:host:" + host }
 
 // SubKey is acct:sub:{show}:{alloc}.
 func SubKey(show, alloc string) string { return "acct:sub:" + show + ":" + alloc }

@@ -21,7 +21,7 @@ func newMetrics(prefix string, reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		bookings: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: prefix + "_bookings_total",
-			Help: "Booking script calls by result: booked, duplicate, limit_exceeded, unseeded, released, error.",
+			Help: "Booking script calls by result: booked, duplicate, limit_exceeded, reserved (a host reservation of another layer refused it), unseeded, released, error.",
 		}, []string{"result"}),
 		bookingLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    prefix + "_booking_duration_seconds",
@@ -51,7 +51,7 @@ func newMetrics(prefix string, reg prometheus.Registerer) (*metrics, error) {
 			Buckets: scriptBuckets,
 		}),
 	}
-	for _, r := range []string{"booked", "duplicate", "limit_exceeded", "unseeded", "released", "error"} {
+	for _, r := range []string{"booked", "duplicate", "limit_exceeded", "reserved", "unseeded", "released", "error"} {
 		m.bookings.WithLabelValues(r)
 	}
 	for _, t := range []string{TableSubscription, TableFolder, TableJob, TableFolderGPUs, TableJobGPUs} {

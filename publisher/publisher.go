@@ -133,6 +133,14 @@ type Booking struct {
 	// written only where Redis has no value yet (a job created after the last
 	// limit reseed), so a new job is never treated as uncapped.
 	Seed *SeedCaps
+	// HostID, when set, makes the booking honour the host's firm
+	// reservation (acct:resv:host:{HostID}): refused with a
+	// *ReservedError unless LayerID owns it or BackfillUntil is set and no
+	// later than the reservation's ready time.
+	HostID string
+	// BackfillUntil is when the frame ends at the latest (now + the layer's
+	// worst-case runtime); zero claims no backfill (no runtime history).
+	BackfillUntil time.Time
 }
 
 // SeedCaps are caps in Postgres units (centicores; GPUs verbatim), from
@@ -161,6 +169,14 @@ func (b *Booking) validate() error {
 	if b.GPUs < 0 {
 		return fmt.Errorf("gpus must be >= 0, got %d", b.GPUs)
 	}
+	if b.HostID != "" {
+		if err := checkID("host id", b.HostID); err != nil {
+			return err
+		}
+	}
+	if !b.BackfillUntil.IsZero() && b.BackfillUntil.UnixMilli() < 0 {
+		return fmt.Errorf("backfill-until %v is before 1970", b.BackfillUntil)
+	}
 	return nil
 }
 
@@ -173,12 +189,24 @@ type Result struct {
 	Duplicate bool
 	// Cores is what the booking charged, in whole cores.
 	Cores int64
+	// Reservation says how the booking met a reservation on its host:
+	// ReservationOwner (the booking's layer owns it: the caller ends it once
+	// the proc is committed), ReservationBackfill (an EASY backfill), or ""
+	// (no live reservation, or HostID not given).
+	Reservation string
 }
+
+// Result.Reservation values.
+const (
+	ReservationOwner    = "owner"
+	ReservationBackfill = "backfill"
+)
 
 // Book checks the booking against the subscription burst and the folder and
 // job caps and, if it fits, charges it atomically. A nil error means the
 // proc is charged (Result.Duplicate says whether by this call). Otherwise the
-// error is a *LimitError (a cap; nothing charged), a *NotSeededError
+// error is a *LimitError (a cap; nothing charged), a *ReservedError (the
+// host is reserved for another layer; nothing charged), a *NotSeededError
 // (errors.Is ErrShowNotSeeded: wait for the seed), ErrAlreadyReleased, or a
 // Redis/transport error (the outcome is unknown: Rollback is safe to call).
 func (p *Publisher) Book(ctx context.Context, b Booking) (Result, error) {
@@ -209,6 +237,14 @@ func (p *Publisher) doBook(ctx context.Context, b Booking, mode string) (Result,
 		args[6], args[7] = JobCapCores(s.JobMaxCores), JobCapGPUs(s.JobMaxGPUs)
 		args[8], args[9] = FolderCapCores(s.FolderMaxCores), FolderCapGPUs(s.FolderMaxGPUs)
 	}
+	if b.HostID != "" {
+		until := ""
+		if !b.BackfillUntil.IsZero() {
+			until = strconv.FormatInt(b.BackfillUntil.UnixMilli(), 10)
+		}
+		keys = append(keys, ResvHostKey(b.HostID))
+		args = append(args, b.HostID, b.LayerID, until)
+	}
 	start := time.Now()
 	v, err := p.book.Run(ctx, p.rdb, keys, args...).Slice()
 	p.m.bookingLatency.Observe(time.Since(start).Seconds())
@@ -229,12 +265,29 @@ func (p *Publisher) doBook(ctx context.Context, b Booking, mode string) (Result,
 		} else {
 			p.m.bookings.WithLabelValues("duplicate").Inc()
 		}
-		return Result{Seq: seq, Duplicate: code == 2, Cores: cores}, nil
+		r := Result{Seq: seq, Duplicate: code == 2, Cores: cores}
+		if len(v) > 2 {
+			r.Reservation, _ = v[2].(string)
+		}
+		return r, nil
 	case 0:
 		if len(v) < 4 {
 			break
 		}
 		table, _ := v[1].(string)
+		if table == TableReservation && len(v) >= 7 {
+			until, _ := intAt(v, 2)
+			ready, _ := intAt(v, 3)
+			why, _ := v[4].(string)
+			re := &ReservedError{Host: b.HostID, ReadyAt: time.UnixMilli(ready), Backfill: why == "backfill"}
+			re.OwnerLayer, _ = v[5].(string)
+			re.OwnerJob, _ = v[6].(string)
+			if until > 0 {
+				re.Until = time.UnixMilli(until)
+			}
+			p.m.bookings.WithLabelValues("reserved").Inc()
+			return Result{}, re
+		}
 		cur, _ := intAt(v, 2)
 		limit, _ := intAt(v, 3)
 		le := &LimitError{Table: table, ShowID: b.ShowID, AllocID: b.AllocID, Folder: b.FolderID, Job: b.JobID,

@@ -20,6 +20,8 @@ Reports, for one Cuebot database:
   - cuesched replication slots: active or not, holder, lag, retained WAL;
   - Redis: reachable, bootstrapped, the sidecar's checkpoint;
   - managed shows and whether each is seeded (bookable);
+  - firm host reservations (queue.reservations): host, owner job and layer,
+    cores, how long held, projected ready time, expiry, backfills admitted;
   - drift between Redis and Postgres (cuesched accounting audit, summarised;
     --no-audit skips it).
 

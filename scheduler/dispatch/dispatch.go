@@ -10,7 +10,13 @@
 //  2. Book in Redis first (publisher.Book), all planned frames at once
 //     (concurrent script calls; each is atomic, so caps hold whatever the
 //     interleaving). The per-proc record the booking script writes is what
-//     makes every later undo exact and idempotent.
+//     makes every later undo exact and idempotent. Each booking names the
+//     host and carries the frame's backfill-until (now + the layer's
+//     worst-case runtime, jobs.Layer.WorstCase), so the script refuses it
+//     atomically when the host holds a firm reservation for another layer
+//     and the frame would not end by the reservation's ready time (Stop
+//     Reserved; scheduler/reservations). When the owner's frame starts on
+//     its reserved host, Options.Reservations ends the reservation.
 //  3. One Postgres transaction for the whole batch, in three round trips
 //     (BEGIN + limit locks + claim pipelined; the host update; COMMIT).
 //     (a) If the layer is attached to limit_records, lock them (SELECT ...
@@ -142,6 +148,16 @@ type Config struct {
 type Options struct {
 	Logger     hclog.Logger
 	Registerer prometheus.Registerer
+	// Reservations, when set, hears of every batch in which the owner of
+	// the host's firm reservation started a frame there, so the
+	// reservation ends (scheduler/reservations).
+	Reservations OwnerBooked
+}
+
+// OwnerBooked ends a host reservation once its owner layer runs a frame on
+// the host.
+type OwnerBooked interface {
+	OwnerBooked(ctx context.Context, hostID, layerID string)
 }
 
 // Dispatcher books and launches. It is safe for concurrent use.
@@ -155,6 +171,7 @@ type Dispatcher struct {
 	log    hclog.Logger
 	m      *metrics
 	claim  string // ClaimSQL adapted to the schema
+	resv   OwnerBooked
 }
 
 // New returns a Dispatcher. rqd may be nil in dry-run mode.
@@ -185,6 +202,7 @@ func New(pool *pgxpool.Pool, acct Accounting, rqd Launcher, cfg Config, o Option
 		log:    log.Named("dispatch"),
 		m:      newMetrics(o.Registerer),
 		claim:  ClaimSQL,
+		resv:   o.Reservations,
 	}
 	if cfg.Schema != nil {
 		d.claim = cfg.Schema.Adapt(ClaimSQL)
@@ -217,9 +235,13 @@ const (
 	// after it was read: nothing was started and the bookings were rolled
 	// back. Its other layers need not be tried either.
 	JobStopped
+	// Reserved: the host holds a firm reservation for another layer and
+	// the booking script refused the frame (not an admissible backfill);
+	// another host may take it. Result.Reserved says whose.
+	Reserved
 )
 
-var stopNames = [...]string{"done", "host_full", "job_at_cap", "capped", "not_seeded", "limit_reached", "host_stale", "failed", "job_stopped"}
+var stopNames = [...]string{"done", "host_full", "job_at_cap", "capped", "not_seeded", "limit_reached", "host_stale", "failed", "job_stopped", "reserved"}
 
 func (s Stop) String() string {
 	if int(s) < len(stopNames) {
@@ -247,6 +269,12 @@ type Result struct {
 	Stop        Stop
 	// Limit is the cap that refused a booking when Stop is Capped.
 	Limit *publisher.LimitError
+	// Reserved is the reservation that refused a booking when Stop is
+	// Reserved.
+	Reserved *publisher.ReservedError
+	// Backfilled counts the frames started as EASY backfills on a host
+	// reserved for another layer.
+	Backfilled int
 	// Err is the error behind Stop == Failed.
 	Err error
 }
@@ -255,6 +283,7 @@ type planned struct {
 	frame jobs.Frame
 	res   reserve.Reservation
 	proc  string
+	resv  string // publisher.Result.Reservation of its booking
 }
 
 func (d *Dispatcher) selfish(l *jobs.Layer) bool {
@@ -316,12 +345,17 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 	bctx, cancelBook := context.WithTimeout(ctx, d.cfg.BookTimeout)
 	defer cancelBook()
 	errs := make([]error, len(plan))
+	results := make([]publisher.Result, len(plan))
+	until := time.Time{}
+	if wc := l.WorstCase(); wc > 0 {
+		until = time.Now().Add(wc)
+	}
 	var wg sync.WaitGroup
 	for i, p := range plan {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = d.acct.Book(bctx, d.booking(l, h, p))
+			results[i], errs[i] = d.acct.Book(bctx, d.booking(l, h, p, until))
 		}()
 	}
 	wg.Wait()
@@ -330,13 +364,16 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 	for i, p := range plan {
 		err := errs[i]
 		if err == nil {
+			p.resv = results[i].Reservation
 			booked = append(booked, p)
 			continue
 		}
 		var le *publisher.LimitError
+		var re *publisher.ReservedError
 		isLimit := errors.As(err, &le)
+		isReserved := errors.As(err, &re)
 		notSeeded := errors.Is(err, publisher.ErrShowNotSeeded)
-		if !isLimit && !notSeeded {
+		if !isLimit && !notSeeded && !isReserved {
 			// Outcome unknown: undo whatever may have been charged.
 			d.rollback(p.proc)
 		}
@@ -347,6 +384,8 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 		switch {
 		case isLimit:
 			out.Stop, out.Limit = Capped, le
+		case isReserved:
+			out.Stop, out.Reserved = Reserved, re
 		case notSeeded:
 			out.Stop = NotSeeded
 		default:
@@ -414,6 +453,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 	defer cancel()
 	failed := d.launch(post, l, h, launched)
 	now := time.Now()
+	owner := false
 	for i, p := range launched {
 		if failed[i] != nil {
 			if after, ok := d.compensate(post, h, p, winners[p.frame.ID], failed[i]); ok {
@@ -424,8 +464,18 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 		}
 		out.Dispatched = append(out.Dispatched, p.frame.ID)
 		out.CoresBooked += p.res.Cores
+		switch p.resv {
+		case publisher.ReservationOwner:
+			owner = true
+		case publisher.ReservationBackfill:
+			out.Backfilled++
+		}
 		d.m.frames.WithLabelValues(l.ShowName).Inc()
 		d.m.timeToBook.Observe(now.Sub(p.frame.Eligible).Seconds())
+	}
+	if owner && d.resv != nil {
+		// The owner runs on its host: the reservation has done its job.
+		d.resv.OwnerBooked(post, h.ID, l.ID)
 	}
 	return out
 }
@@ -438,12 +488,17 @@ func sumCores(ps []planned) int64 {
 	return n
 }
 
-func (d *Dispatcher) booking(l *jobs.Layer, h Host, p planned) publisher.Booking {
+// booking is one planned frame's Redis booking. It names the host, so the
+// booking script honours the host's firm reservation (scheduler/
+// reservations), and carries the frame's backfill-until (now + the layer's
+// worst-case runtime; zero without history, which never backfills).
+func (d *Dispatcher) booking(l *jobs.Layer, h Host, p planned, until time.Time) publisher.Booking {
 	return publisher.Booking{
 		ProcID: p.proc, ShowID: l.ShowID, AllocID: h.AllocID, FolderID: l.FolderID, JobID: l.JobID,
 		LayerID: l.ID, DeptID: l.DeptID, Centicores: p.res.Cores, GPUs: p.res.GPUs,
 		Seed: &publisher.SeedCaps{JobMaxCores: l.JobMaxCores, JobMaxGPUs: l.JobMaxGPUs,
 			FolderMaxCores: l.FolderMaxCores, FolderMaxGPUs: l.FolderMaxGPUs},
+		HostID: h.ID, BackfillUntil: until,
 	}
 }
 

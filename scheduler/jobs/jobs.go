@@ -119,6 +119,20 @@ type Layer struct {
 	FolderMaxCores     int64 // folder_resource caps (exactly -1 unlimited; any other value is a cap)
 	FolderMaxGPUs      int64
 	LimitIDs           []string
-	Env                map[string]string // job env overlaid by layer env
-	Frames             []Frame
+	// RuntimeHigh is the layer's longest successful frame so far
+	// (layer_usage.int_clock_time_high, whole seconds; 0 = no history):
+	// the worst-case runtime an EASY backfill is judged by.
+	RuntimeHigh time.Duration
+	Env         map[string]string // job env overlaid by layer env
+	Frames      []Frame
+}
+
+// WorstCase is how long a frame of the layer may run, for an EASY backfill:
+// RuntimeHigh plus one second (the clock times are whole seconds, rounded
+// down), or 0 when the layer has no runtime history (it never backfills).
+func (l *Layer) WorstCase() time.Duration {
+	if l.RuntimeHigh <= 0 {
+		return 0
+	}
+	return l.RuntimeHigh + time.Second
 }

@@ -231,6 +231,7 @@ SELECT lay.pk_layer, lay.str_name, lay.str_cmd, lay.str_range, lay.int_chunk_siz
        (SELECT array_agg(ll.pk_limit_record ORDER BY ll.pk_limit_record) FROM layer_limit ll WHERE ll.pk_layer = lay.pk_layer),
        (SELECT json_object_agg(e.str_key, e.str_value) FROM job_env e WHERE e.pk_job = $1 AND e.str_key IS NOT NULL),
        (SELECT json_object_agg(e.str_key, e.str_value) FROM layer_env e WHERE e.pk_layer = lay.pk_layer AND e.str_key IS NOT NULL),
+       COALESCE((SELECT lu.int_clock_time_high FROM layer_usage lu WHERE lu.pk_layer = lay.pk_layer LIMIT 1), 0),
        f.pk_frame, f.str_name, f.int_number, f.ver, f.eligible
 FROM lay
 JOIN job j          ON j.pk_job = $1
@@ -278,6 +279,7 @@ func Layers(ctx context.Context, db DB, q LayerQuery) ([]*Layer, error) {
 			layerEnv map[string]string
 			f        Frame
 			chunk    int64
+			high     int64
 		)
 		if err := rows.Scan(&l.ID, &l.Name, &l.Command, &l.Range, &chunk, &l.DispatchOrder,
 			&l.CoresMin, &l.CoresMax, &l.MemMinKB, &l.GPUsMin, &l.GPUMemMinKB,
@@ -286,7 +288,7 @@ func Layers(ctx context.Context, db DB, q LayerQuery) ([]*Layer, error) {
 			&l.LogDir, &l.LokiURL, &uid, &l.OS,
 			&l.Priority, &l.JobMaxCores, &l.JobMaxGPUs, &l.JobCoresLive, &l.JobGPUsLive,
 			&l.FolderMaxCores, &l.FolderMaxGPUs,
-			&limits, &jobEnv, &layerEnv,
+			&limits, &jobEnv, &layerEnv, &high,
 			&f.ID, &f.Name, &f.Number, &f.Version, &f.Eligible); err != nil {
 			return nil, fmt.Errorf("layers of job %s: %w", q.JobID, err)
 		}
@@ -296,6 +298,7 @@ func Layers(ctx context.Context, db DB, q LayerQuery) ([]*Layer, error) {
 			l.Services = splitList(services, ",")
 			l.Tags = splitList(tags, "|")
 			l.LimitIDs = limits
+			l.RuntimeHigh = time.Duration(max(high, 0)) * time.Second
 			if uid != nil {
 				u := int32(*uid)
 				l.UID = &u

@@ -27,6 +27,14 @@
 // took nothing (Postgres disagreed with the cache) has no such watch and
 // waits out its backoff.
 //
+// Reservations (Options.Reservations, scheduler/reservations): Accept also
+// refuses a host that holds a firm reservation for another layer unless the
+// frame is an EASY backfill (it ends, by the layer's worst-case runtime,
+// before the host's ready time); a booking refused by the script because a
+// reservation appeared since (Stop reserved) moves on to another host. Every
+// worked layer's outcome (blocked: no host; placed: frames dispatched) is
+// reported, and feeds the blocked-time buckets that decide who may reserve.
+//
 // Concurrency: a semaphore bounds the layers being worked at once across the
 // process (the reference sizes it to the database pool minus one), since
 // each holds a connection during its booking transactions.
@@ -35,6 +43,7 @@ package matcher
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -133,6 +142,9 @@ type Options struct {
 	// Guard, when set, holds idle GPUs' cores and memory back from CPU
 	// work while GPU work waits (gpuguard.Guard).
 	Guard Guard
+	// Reservations, when set, keeps layers off hosts reserved for others
+	// (except EASY backfills) and hears every layer's outcome.
+	Reservations Reservations
 }
 
 // Guard says what CPU work must leave free on a host with idle GPUs.
@@ -150,6 +162,7 @@ type Matcher struct {
 	permits *Permits
 	backoff *jobs.Backoff
 	guard   Guard
+	resv    Reservations
 	sem     chan struct{}
 	log     hclog.Logger
 	m       *metrics
@@ -183,7 +196,7 @@ func New(db jobs.DB, hosts Hosts, disp Dispatcher, cfg Config, o Options) *Match
 	if p == nil {
 		p = NewPermits()
 	}
-	return &Matcher{db: db, hosts: hosts, disp: disp, cfg: cfg, permits: p, backoff: o.Backoff, guard: o.Guard,
+	return &Matcher{db: db, hosts: hosts, disp: disp, cfg: cfg, permits: p, backoff: o.Backoff, guard: o.Guard, resv: o.Reservations,
 		sem: make(chan struct{}, cfg.MaxConcurrentLayers), log: log.Named("matcher"), m: newMetrics(o.Registerer),
 		quarantine: map[string]time.Time{}}
 }
@@ -392,17 +405,22 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 	remaining := l.Frames
 	attempts := 0
 	var watch jobs.Watch // of the last miss
+	var refused []string // hosts the booking script found reserved for others
 	for attempts < m.cfg.Attempts && len(remaining) > 0 && ctx.Err() == nil {
 		attempts++
 		// A job's max cores has no "unlimited" value in Cuebot: 0 or
 		// less books nothing.
 		budget := max(l.JobMaxCores-l.JobCoresLive, 0)
+		now := time.Now()
 		host, err := m.hosts.Checkout(ctx, HostRequest{
 			FacilityID: c.FacilityID, ShowID: c.ShowID, Tags: tags,
 			CoresMin: coresHint, MemMinKB: l.MemMinKB, GPUsMin: l.GPUsMin, GPUMemMinKB: l.GPUMemMinKB,
 			OS: l.OS, Threadable: l.Threadable,
 			Accept: func(h dispatch.Host) bool {
 				if m.quarantined(h.ID) {
+					return false
+				}
+				if slices.Contains(refused, h.ID) || (m.resv != nil && !m.resv.Admit(h.ID, l, now)) {
 					return false
 				}
 				keep(&h)
@@ -450,6 +468,9 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 			}
 			remaining = kept
 		}
+		if res.Stop == dispatch.Reserved {
+			refused = append(refused, host.ID)
+		}
 		r.dispatched += len(res.Dispatched)
 		l.JobCoresLive += res.CoresBooked
 		r.stop = res.Stop
@@ -460,8 +481,10 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 			m.log.Warn("dispatch failed", "layer", l.Name, "host", host.Name, "error", res.Err)
 		}
 		switch res.Stop {
-		case dispatch.Done, dispatch.HostFull, dispatch.HostStale:
-			if len(drop) == 0 && res.Stop != dispatch.HostStale {
+		case dispatch.Done, dispatch.HostFull, dispatch.HostStale, dispatch.Reserved:
+			// Reserved: the host was reserved since the checkout (the
+			// booking script refused it); another host may take the frames.
+			if len(drop) == 0 && res.Stop != dispatch.HostStale && res.Stop != dispatch.Reserved {
 				// A host that took nothing: do not spin on this layer.
 				attempts = m.cfg.Attempts
 			}
@@ -470,9 +493,20 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 		break
 	}
 	m.m.candidates.Observe(float64(attempts))
+	blocked := r.dispatched == 0 && (r.stop == dispatch.Done || r.stop == dispatch.HostFull || r.stop == dispatch.Reserved)
+	if m.resv != nil {
+		o := OutcomeOther
+		switch {
+		case r.dispatched > 0:
+			o = OutcomePlaced
+		case blocked:
+			o = OutcomeBlocked
+		}
+		m.resv.Observe(c, l, o, time.Now())
+	}
 	if r.dispatched > 0 {
 		m.backoff.Booked(c.Key(), l.ID)
-	} else if r.stop == dispatch.Done || r.stop == dispatch.HostFull {
+	} else if blocked {
 		// No candidate (or none took a frame): hold the layer back here,
 		// until the hosts it missed gain capacity (if the miss carried a
 		// watch) or the backoff ends.

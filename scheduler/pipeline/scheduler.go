@@ -22,6 +22,7 @@ import (
 	"github.com/cuesched/cuesched/scheduler/hostcache/matcherhosts"
 	"github.com/cuesched/cuesched/scheduler/jobs"
 	"github.com/cuesched/cuesched/scheduler/matcher"
+	"github.com/cuesched/cuesched/scheduler/reservations"
 	"github.com/cuesched/cuesched/scheduler/reserve"
 	"github.com/cuesched/cuesched/scheduler/rqdclient"
 	"github.com/cuesched/cuesched/scheduler/tiers"
@@ -73,6 +74,9 @@ type Scheduler struct {
 	Accounting *accounting.Service
 	// HostCache is nil when Deps.Hosts was given.
 	HostCache *hostcache.Cache
+	// Reservations honours, sweeps and (queue.reservations.enabled)
+	// grants firm host reservations.
+	Reservations *reservations.Manager
 
 	pool      *pgxpool.Pool
 	rdb       redis.UniversalClient
@@ -197,6 +201,9 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 	if s.rqd != nil {
 		launcher = s.rqd
 	}
+	resvHosts := &servingHosts{}
+	s.Reservations = newReservations(cfg, s.pool, s.rdb, resvHosts, policy, log, d.Registerer)
+	s.loops = append(s.loops, s.Reservations.Run)
 	s.Dispatcher = dispatch.New(s.pool, s.Publisher, launcher, dispatch.Config{
 		CoreUnit: unit, MemReservedMinKB: kb(q.MemReservedMin), StrandedMemKB: policy.StrandedMemKB,
 		SelfishServices: q.SelfishServices, SoftLimit: q.FrameMemorySoftLimit, HardLimit: q.FrameMemoryHardLimit,
@@ -204,7 +211,7 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 		// Well inside the grace after which the accounting loop drops a
 		// booking whose proc never appeared.
 		BookTimeout: cfg.Accounting.InFlightGrace.D() / 2,
-	}, dispatch.Options{Logger: log, Registerer: d.Registerer})
+	}, dispatch.Options{Logger: log, Registerer: d.Registerer, Reservations: s.Reservations})
 
 	hosts := d.Hosts
 	var gates []Gate
@@ -217,6 +224,7 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 			return nil, err
 		}
 		hosts = matcherhosts.New(s.HostCache)
+		resvHosts.set(s.HostCache)
 		capacity = cacheCapacity{s.HostCache}
 		s.loops = append(s.loops, s.HostCache.Run)
 		gates = append(gates, GateFunc(s.HostCache.WaitReady))
@@ -228,6 +236,10 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 				return nil
 			})
 		}
+	}
+
+	if sv, ok := hosts.(reservations.Hosts); ok && s.HostCache == nil {
+		resvHosts.set(sv) // a host source of the caller's that can list serving hosts
 	}
 
 	var guard matcher.Guard
@@ -246,7 +258,7 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 		Attempts: q.HostCandidateAttemptsPerLayer, FramesPerLayer: q.DispatchFramesPerLayerLimit, FramesPerJob: q.DispatchFramesPerJobLimit,
 		MaxConcurrentLayers: max(maxLayers, 1), Policy: policy, SelfishServices: q.SelfishServices, Schema: &schema,
 		HostQuarantine: q.HostQuarantine.D(),
-	}, matcher.Options{Logger: log, Registerer: d.Registerer, Backoff: s.Backoff, Guard: guard})
+	}, matcher.Options{Logger: log, Registerer: d.Registerer, Backoff: s.Backoff, Guard: guard, Reservations: s.Reservations})
 
 	if d.Gate != nil {
 		gates = append(gates, d.Gate)

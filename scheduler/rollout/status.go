@@ -12,6 +12,7 @@ import (
 	"github.com/cuesched/cuesched/migrations"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/accounting"
+	"github.com/cuesched/cuesched/scheduler/reservations"
 )
 
 // StatusOptions tune Status.
@@ -41,6 +42,11 @@ type StatusReport struct {
 	Redis RedisState `json:"redis"`
 	// Managed are the scheduler-managed shows.
 	Managed []ShowInfo `json:"managed_shows"`
+	// Reservations are the firm host reservations held in Redis
+	// (scheduler/reservations).
+	Reservations []reservations.Reservation `json:"reservations"`
+	// ReservationsSkipped says why they were not read ("" when they were).
+	ReservationsSkipped string `json:"reservations_skipped,omitempty"`
 	// Audit is the drift summary (nil when skipped or impossible).
 	Audit *AuditSummary `json:"audit,omitempty"`
 	// AuditSkipped says why there is no audit ("" when there is one).
@@ -155,6 +161,19 @@ func (t *Tool) Status(ctx context.Context, o StatusOptions) (*StatusReport, erro
 		}
 	}
 
+	switch {
+	case !r.Redis.Configured:
+		r.ReservationsSkipped = "no Redis given"
+	case !r.Redis.Reachable:
+		r.ReservationsSkipped = "Redis unreachable"
+	default:
+		rs, err := t.reservationsOf(ctx)
+		if err != nil {
+			r.ReservationsSkipped = err.Error()
+			attention("could not read the host reservations: %v", err)
+		}
+		r.Reservations = rs
+	}
 	switch {
 	case !r.Redis.Configured:
 		r.AuditSkipped = "no Redis given"
@@ -377,6 +396,8 @@ func (r *StatusReport) Write(w io.Writer) error {
 		}
 		_ = tw.Flush()
 	}
+
+	writeReservations(&b, r)
 
 	p("\ndrift:")
 	switch {

@@ -137,10 +137,14 @@ func (r Result) Name() string {
 	return r.Scenario + "[" + r.Variant + "]"
 }
 
-// Variant is a comparison run of a scenario under another configuration.
+// Variant is a comparison run of a scenario under another configuration
+// (the scenario's Run may also read World.Variant.Name).
 type Variant struct {
 	Name   string
 	Config func(*config.Config)
+	// Judged: the variant's thresholds are a verdict like the default
+	// run's (e.g. the same scenario under a failover), not a comparison.
+	Judged bool
 }
 
 // Scenario is one entry of the battery.
@@ -217,7 +221,7 @@ func (b *Battery) progress(format string, args ...any) {
 }
 
 func (b *Battery) runOne(ctx context.Context, s Scenario, v Variant) Result {
-	r := Result{Scenario: s.Name, Variant: v.Name, Judged: v.Name == "", Seed: b.opts.Seed}
+	r := Result{Scenario: s.Name, Variant: v.Name, Judged: v.Name == "" || v.Judged, Seed: b.opts.Seed}
 	b.progress("%s: running", r.Name())
 	start := time.Now()
 	if s.NotBuilt != "" {

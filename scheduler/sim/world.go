@@ -317,6 +317,7 @@ func (w *World) Start(ctx context.Context, n int) error {
 
 func (w *World) startScheduler(ctx context.Context, i int) error {
 	cfg := w.config()
+	cfg.Scheduler.InstanceName = fmt.Sprintf("sim%d", i)
 	pc, err := pgxpool.ParseConfig(w.DBURL)
 	if err != nil {
 		return err

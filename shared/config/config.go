@@ -137,6 +137,29 @@ type Queue struct {
 	// HostQuarantine keeps a host whose RQD refused a launch or could not
 	// be reached out of this instance's checkouts for this long.
 	HostQuarantine Duration `yaml:"host_quarantine"`
+	// Reservations are firm host reservations with EASY backfill for wide
+	// frames (scheduler/reservations).
+	Reservations Reservations `yaml:"reservations"`
+}
+
+// Reservations configures firm host reservations (queue.reservations).
+type Reservations struct {
+	// Enabled: this instance grants reservations. Every instance honours
+	// the reservations in Redis whatever its setting.
+	Enabled bool `yaml:"enabled"`
+	// BlockedFor is the net blocked time (a leaky bucket: grows while the
+	// layer finds no host, drains while it books) a layer needs to reserve.
+	BlockedFor Duration `yaml:"blocked_for"`
+	// MaxGrants caps the reservations held at once (all instances).
+	MaxGrants int `yaml:"max_grants"`
+	// MaxFraction caps the share of an allocation's hosts that fit a
+	// layer's frame which may be reserved at once (at least one host).
+	MaxFraction float64 `yaml:"max_fraction"`
+	// Timeout ends a reservation held this long.
+	Timeout Duration `yaml:"timeout"`
+	// RefreshInterval is the reservation loop's period: re-read Redis,
+	// end reservations whose demand is gone, grant new ones.
+	RefreshInterval Duration `yaml:"refresh_interval"`
 }
 
 // HostCache is the replication-fed host cache.
@@ -245,6 +268,14 @@ func Default() Config {
 			LayerBackoffMin:               Duration(time.Second),
 			LayerBackoffMax:               Duration(30 * time.Second),
 			HostQuarantine:                Duration(30 * time.Second),
+			Reservations: Reservations{
+				Enabled:         true,
+				BlockedFor:      Duration(300 * time.Second),
+				MaxGrants:       8,
+				MaxFraction:     0.5,
+				Timeout:         Duration(30 * time.Minute),
+				RefreshInterval: Duration(time.Second),
+			},
 		},
 		HostCache: HostCache{
 			MemoryKeyDivisor: 2 * GiB,

@@ -67,6 +67,9 @@ func TestEnvOverridesFile(t *testing.T) {
 		"CUESCHED_HOST_CACHE_MEMORY_KEY_DIVISOR":               "1GiB",
 		"CUESCHED_ACCOUNTING_RECOMPUTE_INTERVAL":               "30s",
 		"CUESCHED_SIDECAR_PUBLICATIONS":                        "a, b",
+		"CUESCHED_QUEUE_RESERVATIONS_BLOCKED_FOR":              "90s",
+		"CUESCHED_QUEUE_RESERVATIONS_MAX_FRACTION":             "0.25",
+		"CUESCHED_QUEUE_RESERVATIONS_ENABLED":                  "false",
 	}
 	cfg, err := Load(p, func(k string) string { return env[k] })
 	if err != nil {
@@ -74,7 +77,9 @@ func TestEnvOverridesFile(t *testing.T) {
 	}
 	if cfg.Database.URL != "postgres://env/db" || cfg.Queue.HostBookingStrategy.CoreSaturation ||
 		cfg.HostCache.MemoryKeyDivisor != GiB || cfg.Accounting.RecomputeInterval.D() != 30*time.Second ||
-		!reflect.DeepEqual(cfg.Sidecar.Publications, []string{"a", "b"}) {
+		!reflect.DeepEqual(cfg.Sidecar.Publications, []string{"a", "b"}) ||
+		cfg.Queue.Reservations.BlockedFor.D() != 90*time.Second || cfg.Queue.Reservations.MaxFraction != 0.25 ||
+		cfg.Queue.Reservations.Enabled {
 		t.Fatalf("env not applied: %+v", cfg)
 	}
 }
@@ -109,6 +114,14 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 			[]string{"config environment", `key "CUESCHED_RQD_DRY_RUN"`, "not a boolean"}},
 		{"duplicate key", "rqd:\n  grpc_port: 1\n  grpc_port: 2\n", nil,
 			[]string{"cuesched.yaml:3", "given twice"}},
+		{"reservation fraction", "queue:\n  reservations:\n    max_fraction: 1.5\n", nil,
+			[]string{`key "queue.reservations.max_fraction"`, "(0, 1]"}},
+		{"reservation grants", "queue:\n  reservations:\n    max_grants: 0\n", nil,
+			[]string{`key "queue.reservations.max_grants"`, "at least 1"}},
+		{"reservation timeout", "", map[string]string{"CUESCHED_QUEUE_RESERVATIONS_TIMEOUT": "0s"},
+			[]string{`key "queue.reservations.timeout"`, "positive duration"}},
+		{"unknown reservation key", "queue:\n  reservations:\n    blocked: 5m\n", nil,
+			[]string{"cuesched.yaml:3", `key "queue.reservations.blocked"`, "blocked_for"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -247,14 +247,17 @@ func (c Config) Validate() error {
 		return bad("accounting.sentinel_addrs", "must list at least one sentinel when sentinel_master is set")
 	}
 	positive := map[string]Duration{
-		"accounting.recompute_interval":    c.Accounting.RecomputeInterval,
-		"accounting.limit_reseed_interval": c.Accounting.LimitReseedInterval,
-		"accounting.leader_poll_interval":  c.Accounting.LeaderPollInterval,
-		"queue.cluster_reload_interval":    c.Queue.ClusterReloadInterval,
-		"queue.active_scan_interval":       c.Queue.ActiveScanInterval,
-		"host_cache.group_idle_timeout":    c.HostCache.GroupIdleTimeout,
-		"rqd.connect_timeout":              c.RQD.ConnectTimeout,
-		"rqd.request_timeout":              c.RQD.RequestTimeout,
+		"accounting.recompute_interval":       c.Accounting.RecomputeInterval,
+		"accounting.limit_reseed_interval":    c.Accounting.LimitReseedInterval,
+		"accounting.leader_poll_interval":     c.Accounting.LeaderPollInterval,
+		"queue.cluster_reload_interval":       c.Queue.ClusterReloadInterval,
+		"queue.active_scan_interval":          c.Queue.ActiveScanInterval,
+		"host_cache.group_idle_timeout":       c.HostCache.GroupIdleTimeout,
+		"rqd.connect_timeout":                 c.RQD.ConnectTimeout,
+		"rqd.request_timeout":                 c.RQD.RequestTimeout,
+		"queue.reservations.blocked_for":      c.Queue.Reservations.BlockedFor,
+		"queue.reservations.timeout":          c.Queue.Reservations.Timeout,
+		"queue.reservations.refresh_interval": c.Queue.Reservations.RefreshInterval,
 	}
 	for _, k := range sortedDurKeys(positive) {
 		if positive[k] <= 0 {
@@ -277,6 +280,7 @@ func (c Config) Validate() error {
 		{"queue.hostname_tags_chunk_size", c.Queue.HostnameTagsChunkSize},
 		{"queue.host_candidate_attempts_per_layer", c.Queue.HostCandidateAttemptsPerLayer},
 		{"accounting.redis_pool_size", c.Accounting.RedisPoolSize},
+		{"queue.reservations.max_grants", c.Queue.Reservations.MaxGrants},
 	}
 	for _, it := range ints {
 		if it.v < 1 {
@@ -291,6 +295,9 @@ func (c Config) Validate() error {
 	}
 	if c.Queue.LayerBackoffMax < c.Queue.LayerBackoffMin {
 		return bad("queue.layer_backoff_max", "must not be less than layer_backoff_min")
+	}
+	if f := c.Queue.Reservations.MaxFraction; !(f > 0 && f <= 1) {
+		return bad("queue.reservations.max_fraction", fmt.Sprintf("must be in (0, 1], not %g", f))
 	}
 	switch c.Queue.JobOrder {
 	case JobOrderLottery, JobOrderStrict:

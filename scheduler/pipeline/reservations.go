@@ -1,0 +1,50 @@
+package pipeline
+
+import (
+	"fmt"
+	"os"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cuesched/cuesched/scheduler/hostcache"
+	"github.com/cuesched/cuesched/scheduler/reservations"
+	"github.com/cuesched/cuesched/scheduler/reserve"
+	"github.com/cuesched/cuesched/shared/config"
+)
+
+// servingHosts hands the reservation loop the host source once it exists
+// (the host cache is built after the dispatcher, which needs the loop).
+type servingHosts struct {
+	h atomic.Pointer[reservations.Hosts]
+}
+
+func (s *servingHosts) set(h reservations.Hosts) { s.h.Store(&h) }
+
+// Serving implements reservations.Hosts (nothing before set).
+func (s *servingHosts) Serving(facilityID, showID string, tags []string, os string, threadable bool) []hostcache.Host {
+	h := s.h.Load()
+	if h == nil {
+		return nil
+	}
+	return (*h).Serving(facilityID, showID, tags, os, threadable)
+}
+
+// newReservations builds the instance's reservation manager from
+// queue.reservations (see scheduler/reservations).
+func newReservations(cfg config.Config, pool *pgxpool.Pool, rdb redis.UniversalClient, hosts reservations.Hosts,
+	policy reserve.Policy, log hclog.Logger, reg prometheus.Registerer) *reservations.Manager {
+	r := cfg.Queue.Reservations
+	instance := cfg.Scheduler.InstanceName
+	if instance == "" {
+		host, _ := os.Hostname()
+		instance = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	return reservations.New(pool, rdb, hosts, reservations.Config{
+		Enabled: r.Enabled, BlockedFor: r.BlockedFor.D(), MaxGrants: r.MaxGrants, MaxFraction: r.MaxFraction,
+		Timeout: r.Timeout.D(), Interval: r.RefreshInterval.D(), Policy: policy, Seed: cfg.Queue.LotterySeed,
+	}, reservations.Options{Logger: log, Registerer: reg, Instance: instance})
+}
