@@ -114,7 +114,7 @@ func TestGates(t *testing.T) {
 	}
 	want := Host{ID: "gpu", Name: "name-gpu", AllocID: allocA, AllocName: "a.a", FacilityID: facA, OS: "rocky9",
 		TotalCores: 800, IdleCores: 800, TotalMemKB: 16 * gib, IdleMemKB: 16 * gib, IdleGPUs: 2, IdleGPUMemKB: 4 * gib,
-		AllocAvailableCores: 100000 - 500}
+		TotalGPUs: 2, TotalGPUMemKB: 16 * gib, AllocAvailableCores: 100000 - 500}
 	h.LastPing, h.LSN, h.Version = time.Time{}, 0, 0
 	if h != want {
 		t.Fatalf("checked out %+v\nwant          %+v", h, want)
