@@ -3,6 +3,8 @@ package hostcache
 import (
 	"math"
 	"slices"
+
+	"github.com/cuesched/cuesched/shared/cuebot"
 )
 
 // Placement makes Checkout score a bounded candidate set instead of taking
@@ -13,13 +15,14 @@ import (
 // (warm) the request's layer wins instead when its cost is within
 // Tolerance of the cheapest.
 //
-// The candidates are the first Candidates hosts that fit in the strategy's
-// walk order, a quarter as many (at least one) from the other end of the
-// walk (the reverse order), and, with Locality, the hosts the layer is live
-// or warm on (at most maxLayerHosts). A walk also ends once it has visited
-// eight times its quota with at least one fit, so a group full of hosts
-// Accept refuses costs what it cost before, not K times more. The cost of a
-// checkout is O(log n + K).
+// The candidates are the first Candidates hosts that fit (Fits: gates and
+// floors) in the strategy's walk order, a quarter as many (at least one)
+// from the other end of the walk (the reverse order), and, with Locality,
+// the hosts the layer is live or warm on (at most maxLayerHosts). A walk
+// also ends once it has visited eight times its quota with at least one
+// fit. The request's Accept is asked in order of preference until it takes
+// one, so it usually runs once; if it refuses them all, the walk goes on as
+// a first fit. The cost of a checkout is O(log n + K).
 type Placement struct {
 	Weights    Weights
 	Candidates int
@@ -102,18 +105,19 @@ func EPVMCost(u Usage, d Demand, w Weights) float64 {
 // candidate is one scored host of a checkout.
 type candidate struct {
 	h    *hostRec
-	v    Host
+	v    idle
 	cost float64
 }
 
 // Choose returns the index of the winning candidate: the cheapest (the
 // first of equals), or, with locality, the best locality (live, then warm)
 // among those within tolerance of the cheapest, cheapest first among
-// those. costs and loc are parallel; it returns -1 for none.
+// those. costs and loc are parallel; a cost of +Inf marks a candidate out
+// of the running. It returns -1 for none.
 func Choose(costs []float64, loc []Locality, locality bool, tolerance float64) int {
 	best := -1
 	for i, c := range costs {
-		if best < 0 || c < costs[best] {
+		if !math.IsInf(c, 1) && (best < 0 || c < costs[best]) {
 			best = i
 		}
 	}
@@ -133,13 +137,41 @@ func Choose(costs []float64, loc []Locality, locality bool, tolerance float64) i
 	return pick
 }
 
-// placeLocked collects the candidates of g for req (ok tells whether a host
-// fits and returns its view) and returns the winner, or nil if none fits.
+// fitsRecLocked is Fits on the host record (no view): the OS and thread
+// mode gates and the floors against the effective idle values.
+func (c *Cache) fitsRecLocked(h *hostRec, p *Profile) (idle, bool) {
+	if !h.servesOS(p.OS) || (h.threadMode == int(cuebot.ThreadAll) && !p.Threadable) {
+		return idle{}, false
+	}
+	v := c.effective(h)
+	return v, v.cores >= p.CoresMin && v.memKB >= p.MemMinKB && v.gpus >= p.GPUsMin && v.gpuMemKB >= p.GPUMemMinKB
+}
+
+// usageRec is what E-PVM reads of a host record with effective idle v.
+func usageRec(h *hostRec, v idle) Usage {
+	u := Usage{TotalCores: h.coresTotal, IdleCores: v.cores, IdleMemKB: v.memKB, TotalGPUs: h.gpusTotal, IdleGPUs: v.gpus,
+		TotalGPUMemKB: h.gpuMemTotalKB, IdleGPUMemKB: v.gpuMemKB}
+	if h.stat != nil {
+		u.TotalMemKB = h.stat.memTotalKB
+	}
+	return u
+}
+
+// placeLocked chooses g's host for req (nil if none fits). It collects the
+// candidates that fit by resources and gates, scores them, and asks
+// req.Accept in the order Choose prefers them, so Accept usually runs once.
+// If Accept refuses every candidate, the walk goes on as a first fit over
+// the hosts not yet visited (accept is Fits plus Accept on the view), so a
+// host round 1 would find is never missed.
 func (c *Cache) placeLocked(g *group, req *Request, coreHint, memHint uint32, s HostBookingStrategy, p *Placement,
-	ok func(*hostRec) (Host, bool)) (*hostRec, Host) {
+	accept func(*hostRec) (Host, bool)) (*hostRec, Host) {
 	c.pickSeq++
 	seq := c.pickSeq
 	cands := c.cands[:0]
+	defer func() {
+		clear(cands) // drop the host pointers
+		c.cands = cands[:0]
+	}()
 	collect := func(quota int) func(*hostRec) bool {
 		fits, seen := 0, 0
 		return func(h *hostRec) bool {
@@ -148,7 +180,7 @@ func (c *Cache) placeLocked(g *group, req *Request, coreHint, memHint uint32, s 
 			}
 			h.pick = seq
 			seen++
-			if v, fit := ok(h); fit {
+			if v, ok := c.fitsRecLocked(h, &req.Profile); ok {
 				cands = append(cands, candidate{h: h, v: v})
 				fits++
 			}
@@ -158,34 +190,52 @@ func (c *Cache) placeLocked(g *group, req *Request, coreHint, memHint uint32, s 
 	k := max(p.Candidates, 1)
 	g.find(coreHint, memHint, s, collect(k))
 	if len(cands) == 0 {
-		// The whole walk found nothing: the reverse walk covers the same
-		// hosts.
-		c.cands = cands
-		return nil, Host{}
+		return nil, Host{} // the whole walk found nothing: nor will its reverse
 	}
 	g.find(coreHint, memHint, HostBookingStrategy{CoreSaturation: !s.CoreSaturation, MemorySaturation: !s.MemorySaturation},
 		collect(max(k/4, 1)))
-	if p.Locality && req.LayerID != "" {
+	locality := p.Locality && req.LayerID != ""
+	if locality {
 		for _, h := range c.layerHosts[req.LayerID] {
 			if h.pick == seq || !slices.Contains(h.groups, g) {
 				continue
 			}
 			h.pick = seq
-			if v, fit := ok(h); fit {
+			if v, ok := c.fitsRecLocked(h, &req.Profile); ok {
 				cands = append(cands, candidate{h: h, v: v})
 			}
 		}
 	}
 	d := Demand{Cores: max(req.CoresMin, 0), MemKB: max(req.MemMinKB, 0), GPUs: max(req.GPUsMin, 0), GPUMemKB: max(req.GPUMemMinKB, 0)}
-	costs, loc := c.costs[:0], c.locs[:0]
+	costs, locs := c.costs[:0], c.locs[:0]
 	for i := range cands {
-		cands[i].cost = EPVMCost(UsageOf(cands[i].v), d, p.Weights)
+		cands[i].cost = EPVMCost(usageRec(cands[i].h, cands[i].v), d, p.Weights)
 		costs = append(costs, cands[i].cost)
-		loc = append(loc, cands[i].v.Locality)
+		l, _ := cands[i].h.localityOf(req.LayerID)
+		locs = append(locs, l)
 	}
-	i := Choose(costs, loc, p.Locality && req.LayerID != "", p.Tolerance)
-	h, v := cands[i].h, cands[i].v
-	clear(cands) // drop the host pointers
-	c.cands, c.costs, c.locs = cands[:0], costs[:0], loc[:0]
-	return h, v
+	defer func() { c.costs, c.locs = costs[:0], locs[:0] }()
+	for {
+		i := Choose(costs, locs, locality, p.Tolerance)
+		if i < 0 {
+			break
+		}
+		h := cands[i].h
+		v := c.viewLocked(h, req.ShowID)
+		v.Locality, v.LayerCores = h.localityOf(req.LayerID)
+		if req.Accept == nil || req.Accept(v) {
+			return h, v
+		}
+		costs[i] = math.Inf(1)
+	}
+	var out Host
+	h := g.find(coreHint, memHint, s, func(h *hostRec) bool {
+		if h.pick == seq {
+			return false
+		}
+		var ok bool
+		out, ok = accept(h)
+		return ok
+	})
+	return h, out
 }

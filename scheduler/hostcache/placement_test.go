@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -121,8 +122,28 @@ func TestPlacementScoresABoundedCandidateSet(t *testing.T) {
 	if got := f.first(r); got != "h39" {
 		t.Fatalf("E-PVM chose %q, want the emptiest host h39 (from the walk's other end)", got)
 	}
-	if calls != 4+1 {
-		t.Fatalf("Accept ran %d times, want K + K/4 = 5", calls)
+	if calls != 1 {
+		t.Fatalf("Accept ran %d times, want once (on the cheapest candidate)", calls)
+	}
+	visited := func() int {
+		f.c.mu.Lock()
+		defer f.c.mu.Unlock()
+		n := 0
+		for _, h := range f.c.st.hosts {
+			if h.pick == f.c.pickSeq {
+				n++
+			}
+		}
+		return n
+	}
+	if n := visited(); n != 4+1 {
+		t.Fatalf("the checkout visited %d hosts, want K + K/4 = 5", n)
+	}
+	// Accept is asked in order of preference.
+	var asked []string
+	r.Accept = func(h Host) bool { asked = append(asked, h.ID); return h.ID == "h02" }
+	if got := f.first(r); got != "h02" || !slices.Equal(asked, []string{"h39", "h03", "h02"}) {
+		t.Fatalf("got %q after asking %v", got, asked)
 	}
 	// Round 1 (no Placement) takes the first fit of the walk.
 	g := newFarm(t, Config{}, Options{})
@@ -136,8 +157,8 @@ func TestPlacementScoresABoundedCandidateSet(t *testing.T) {
 	if got := f.first(r); got != "h20" {
 		t.Fatalf("got %q, want the only accepted host", got)
 	}
-	if calls != 40 {
-		t.Fatalf("Accept ran %d times, want each host once (40)", calls)
+	if calls != 5+17 {
+		t.Fatalf("Accept ran %d times, want the 5 candidates, then the walk from h04 on to h20 (22)", calls)
 	}
 	f.checkInvariants()
 }
@@ -244,7 +265,7 @@ func TestLocalityFollowsBookingsAndTheWAL(t *testing.T) {
 			if h.ID == other {
 				seen = h
 			}
-			return true
+			return false // ask every candidate
 		}
 		f.first(rr)
 		return seen
