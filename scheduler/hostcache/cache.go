@@ -214,7 +214,7 @@ type Cache struct {
 	pickSeq    uint64
 	cands      []candidate
 	costs      []float64
-	locs       []Locality
+	locs       []int
 
 	ready     chan struct{}
 	readyOnce sync.Once

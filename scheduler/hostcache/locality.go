@@ -74,6 +74,27 @@ func (h *hostRec) localityOf(layer string) (Locality, int64) {
 	return Cold, 0
 }
 
+// localityRank orders hosts for a layer (higher first): live above warm
+// above cold, and among live (or warm) hosts the one where the layer's
+// entry is more recent than the host's other layers' first.
+func (h *hostRec) localityRank(layer string) int {
+	if layer == "" {
+		return 0
+	}
+	for i, u := range h.recent {
+		if u.layer == layer {
+			switch {
+			case u.cores > 0:
+				return 2*(maxRecent+1) + maxRecent - i
+			case u.warm > 0:
+				return (maxRecent + 1) + maxRecent - i
+			}
+			return 0
+		}
+	}
+	return 0
+}
+
 // Booked records that frames frames of layer (cores centicores in all) were
 // booked on a checked-out host; call it before the host's Checkin. It
 // counts the frames in scheduler_placements_total by the host's locality

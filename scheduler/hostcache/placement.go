@@ -13,7 +13,8 @@ import (
 // GPUs and GPU memory that one frame of the request causes. The cheapest
 // candidate wins; with Locality, a host running (live) or recently running
 // (warm) the request's layer wins instead when its cost is within
-// Tolerance of the cheapest.
+// Tolerance of the cheapest (live before warm, then the host where the
+// layer booked most recently).
 //
 // The candidates are the first Candidates hosts that fit (Fits: gates and
 // floors) in the strategy's walk order, a quarter as many (at least one)
@@ -110,11 +111,11 @@ type candidate struct {
 }
 
 // Choose returns the index of the winning candidate: the cheapest (the
-// first of equals), or, with locality, the best locality (live, then warm)
-// among those within tolerance of the cheapest, cheapest first among
-// those. costs and loc are parallel; a cost of +Inf marks a candidate out
-// of the running. It returns -1 for none.
-func Choose(costs []float64, loc []Locality, locality bool, tolerance float64) int {
+// first of equals), or, with locality, the highest rank among those within
+// tolerance of the cheapest, cheapest first among equal ranks. costs and
+// rank are parallel (rank: LocalityRank); a cost of +Inf marks a candidate
+// out of the running. It returns -1 for none.
+func Choose(costs []float64, rank []int, locality bool, tolerance float64) int {
 	best := -1
 	for i, c := range costs {
 		if !math.IsInf(c, 1) && (best < 0 || c < costs[best]) {
@@ -130,7 +131,7 @@ func Choose(costs []float64, loc []Locality, locality bool, tolerance float64) i
 		if c > limit {
 			continue
 		}
-		if loc[i] > loc[pick] || (loc[i] == loc[pick] && c < costs[pick]) {
+		if rank[i] > rank[pick] || (rank[i] == rank[pick] && c < costs[pick]) {
 			pick = i
 		}
 	}
@@ -211,8 +212,7 @@ func (c *Cache) placeLocked(g *group, req *Request, coreHint, memHint uint32, s 
 	for i := range cands {
 		cands[i].cost = EPVMCost(usageRec(cands[i].h, cands[i].v), d, p.Weights)
 		costs = append(costs, cands[i].cost)
-		l, _ := cands[i].h.localityOf(req.LayerID)
-		locs = append(locs, l)
+		locs = append(locs, cands[i].h.localityRank(req.LayerID))
 	}
 	defer func() { c.costs, c.locs = costs[:0], locs[:0] }()
 	for {

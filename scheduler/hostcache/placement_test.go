@@ -75,7 +75,7 @@ func TestEPVMCostMath(t *testing.T) {
 func TestChoose(t *testing.T) {
 	t.Parallel()
 	costs := []float64{1.0, 0.5, 0.5, 0.52, 0.7}
-	loc := []Locality{Live, Cold, Cold, Warm, Live}
+	loc := []int{20, 0, 0, 10, 20} // live, cold, cold, warm, live
 	if got := Choose(costs, loc, false, 0.1); got != 1 {
 		t.Fatalf("no locality: %d, want the first cheapest (1)", got)
 	}
@@ -88,10 +88,10 @@ func TestChoose(t *testing.T) {
 	if got := Choose(costs, loc, true, 0.5); got != 4 {
 		t.Fatalf("tolerance 50%%: %d, want the live host (4)", got)
 	}
-	if got := Choose([]float64{0.3, 0.3}, []Locality{Warm, Warm}, true, 0.1); got != 0 {
+	if got := Choose([]float64{0.3, 0.3}, []int{10, 10}, true, 0.1); got != 0 {
 		t.Fatalf("equal locality and cost: %d, want the first", got)
 	}
-	if got := Choose([]float64{0.31, 0.3}, []Locality{Warm, Warm}, true, 0.1); got != 1 {
+	if got := Choose([]float64{0.31, 0.3}, []int{10, 10}, true, 0.1); got != 1 {
 		t.Fatalf("equal locality: %d, want the cheaper", got)
 	}
 	if got := Choose(nil, nil, true, 0.1); got != -1 {
