@@ -346,6 +346,12 @@ func TestRecentLayersAreBounded(t *testing.T) {
 	if len(f.c.layerHosts) != maxRecent {
 		t.Fatalf("layer index has %d layers, want %d", len(f.c.layerHosts), maxRecent)
 	}
+	// Among live layers, the most recently booked ranks first; a layer the
+	// host forgot ranks as cold.
+	newest, older := fmt.Sprintf("L%d", 3*maxRecent-1), fmt.Sprintf("L%d", 3*maxRecent-2)
+	if a, b, c := h.localityRank(newest), h.localityRank(older), h.localityRank("L0"); !(a > b && b > 0 && c == 0) {
+		t.Fatalf("ranks: newest %d, older %d, forgotten %d", a, b, c)
+	}
 }
 
 func (e *pgEnv) addGPUHost(id string, cores, memGB, gpus, gpuMemGB int64) {
