@@ -101,6 +101,9 @@ type Host struct {
 	AllocID  string
 	OS       string
 	reserve.Host
+	// LayerCores are the centicores the layer being matched already holds
+	// on the host, as the host cache counts its bookings (0 if unknown).
+	LayerCores int64
 }
 
 // Accounting is the Redis booking API (publisher.Publisher).

@@ -51,6 +51,14 @@ type Config struct {
 	LeaseTimeout time.Duration
 	// StatusInterval is the replication status/keepalive interval (5 s).
 	StatusInterval time.Duration
+	// Placement, when set, scores a bounded candidate set (E-PVM, see
+	// Placement) instead of taking the first host of the strategy's walk;
+	// nil is the first fit (round 1). DefaultConfig sets
+	// DefaultPlacement().
+	Placement *Placement
+	// WarmFrames is how many frames of other layers a host may book before
+	// it stops being warm for a layer (8; see locality.go).
+	WarmFrames int
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -61,6 +69,7 @@ func DefaultConfig(connString string) Config {
 		ConnString: connString, Publication: "cuesched_hostcache", MemoryKeyDivisor: 2 << 30,
 		GroupIdleTimeout: 3 * time.Hour, Strategy: ptr(DefaultStrategy()), AssumeTTL: 10 * time.Second,
 		LeaseTimeout: 10 * time.Minute, StatusInterval: 5 * time.Second,
+		Placement: ptr(DefaultPlacement()), WarmFrames: 8,
 	}
 }
 
@@ -84,6 +93,9 @@ type Host struct {
 	TotalCores int64
 	IdleCores  int64
 	TotalMemKB int64 // host_stat.int_mem_total
+	// TotalGPUs and TotalGPUMemKB are host.int_gpus and host.int_gpu_mem.
+	TotalGPUs     int64
+	TotalGPUMemKB int64
 	// IdleMemKB is least(host.int_mem_idle, host_stat.int_mem_free), and
 	// IdleGPUMemKB least(host.int_gpu_mem_idle, host_stat.int_gpu_mem_free).
 	IdleMemKB    int64
@@ -97,6 +109,11 @@ type Host struct {
 	// Version counts every change to the host (WAL or check-in).
 	LSN     replication.LSN
 	Version uint64
+	// Locality and LayerCores are the host's locality for the request's
+	// layer and the centicores the layer holds there (an estimate; see
+	// locality.go); zero without a layer (Lookup).
+	Locality   Locality
+	LayerCores int64
 }
 
 // Profile is what a layer needs from a host: the floors (centicores, KB,
@@ -142,6 +159,9 @@ type Request struct {
 	Accept func(Host) bool
 	// Strategy overrides the cache's default when set.
 	Strategy *HostBookingStrategy
+	// LayerID is the requesting layer: the host view carries its Locality
+	// and LayerCores, and Placement's locality bonus favours its hosts.
+	LayerID string
 }
 
 // Idle are the idle values of a host row (centicores, KB, devices, KB), as a
@@ -187,6 +207,14 @@ type Cache struct {
 	ignored replication.Ignored
 	// buildGen counts group builds; Cache.Watch includes it (see there).
 	buildGen atomic.Uint64
+	// layerHosts are, per layer, the hosts it is live or warm on
+	// (locality.go); pickSeq numbers the placements, cands, costs and locs
+	// are their reusable buffers (placement.go).
+	layerHosts map[string][]*hostRec
+	pickSeq    uint64
+	cands      []candidate
+	costs      []float64
+	locs       []int
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -231,6 +259,18 @@ func New(cfg Config, opts Options) (*Cache, error) {
 	if cfg.StatusInterval <= 0 {
 		cfg.StatusInterval = d.StatusInterval
 	}
+	if cfg.WarmFrames <= 0 {
+		cfg.WarmFrames = d.WarmFrames
+	}
+	if p := cfg.Placement; p != nil {
+		w := p.Weights
+		if w.Cores < 0 || w.Memory < 0 || w.GPUs < 0 || w.GPUMemory < 0 || w.Cores+w.Memory+w.GPUs+w.GPUMemory <= 0 {
+			return nil, fmt.Errorf("hostcache: placement weights %+v: none may be negative and one must be positive", w)
+		}
+		if p.Candidates <= 0 {
+			return nil, fmt.Errorf("hostcache: placement candidates %d must be at least 1", p.Candidates)
+		}
+	}
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
@@ -241,8 +281,8 @@ func New(cfg Config, opts Options) (*Cache, error) {
 		cfg: cfg, log: opts.Logger.Named("hostcache"), now: opts.Now,
 		st: newState(), groups: map[ClusterKey]*group{}, leases: map[string]*lease{},
 		freeList: btree.NewFreeListG[memItem](1024), changed: make(chan struct{}), ready: make(chan struct{}),
-		capChanged: make(chan struct{}),
-		repl:       replication.NewMetrics(opts.Registerer, "scheduler_replication_"),
+		capChanged: make(chan struct{}), layerHosts: map[string][]*hostRec{},
+		repl: replication.NewMetrics(opts.Registerer, "scheduler_replication_"),
 	}
 	c.m = newMetrics(opts.Registerer, c)
 	return c, nil
@@ -356,6 +396,13 @@ func (c *Cache) Snapshot(ctx context.Context, q replication.SnapshotQuerier) err
 	for id, l := range c.leases {
 		if h := st.hosts[id]; h != nil {
 			h.out = l
+		}
+	}
+	for id, o := range old.hosts {
+		if h := st.hosts[id]; h != nil {
+			c.adoptRecentLocked(o, h)
+		} else {
+			c.forgetRecentLocked(o)
 		}
 	}
 	for _, h := range st.hosts {
@@ -488,6 +535,7 @@ func (c *Cache) dropLocked(h *hostRec) {
 	if h.assumed != nil {
 		c.clearAssumptionLocked(h)
 	}
+	c.forgetRecentLocked(h)
 }
 
 // effective returns the idle values the index uses: the row's, lowered by a
@@ -548,6 +596,9 @@ func (c *Cache) eligibleLocked(h *hostRec) (facilityID string, ok bool) {
 // before, or just joined the group (checked in, unlocked, up, re-tagged,
 // newly subscribed).
 func (c *Cache) reindexLocked(h *hostRec) {
+	if h.out == nil && len(h.recent) > 0 {
+		c.trimRecentLocked(h, c.effective(h))
+	}
 	var buf [8]*group
 	was := append(buf[:0], h.groups...)
 	prev := h.idx
@@ -610,6 +661,7 @@ func (c *Cache) viewLocked(h *hostRec, showID string) Host {
 	v := c.effective(h)
 	out := Host{
 		ID: h.id, Name: h.name, AllocID: h.allocID, ThreadMode: h.threadMode, TotalCores: h.coresTotal,
+		TotalGPUs: h.gpusTotal, TotalGPUMemKB: h.gpuMemTotalKB,
 		IdleCores: v.cores, IdleMemKB: v.memKB, IdleGPUs: v.gpus, IdleGPUMemKB: v.gpuMemKB,
 		LSN: h.lsn, Version: h.version,
 	}
@@ -627,8 +679,9 @@ func (c *Cache) viewLocked(h *hostRec, showID string) Host {
 
 // Checkout finds a host for req and removes it from every group, so no
 // other caller can get it until it is checked in. Groups are probed in the
-// order of req.Tags; inside a group the strategy orders the walk and the
-// first host that passes Fits and req.Accept wins.
+// order of req.Tags; inside a group the strategy orders the walk and, with
+// no Placement, the first host that passes Fits and req.Accept wins; with
+// one, the candidates that pass are scored (see Placement).
 func (c *Cache) Checkout(ctx context.Context, req Request) (Host, error) {
 	if !c.Ready() {
 		return Host{}, ErrNotReady
@@ -640,6 +693,7 @@ func (c *Cache) Checkout(ctx context.Context, req Request) (Host, error) {
 	if req.Strategy != nil {
 		strategy = *req.Strategy
 	}
+	place := c.cfg.Placement
 	coreHint, memHint := c.coreKey(req.CoresMin), c.memKey(req.MemMinKB)
 	now := c.now()
 	c.mu.Lock()
@@ -650,17 +704,28 @@ func (c *Cache) Checkout(ctx context.Context, req Request) (Host, error) {
 		g := c.groupLocked(ClusterKey{FacilityID: req.FacilityID, ShowID: req.ShowID, Tag: tag}, now)
 		probed = append(probed, g)
 		g.lastQueried = now
-		h := g.find(coreHint, memHint, strategy, func(h *hostRec) bool {
+		fits := func(h *hostRec) (Host, bool) {
 			if !h.servesOS(req.OS) {
-				return false
+				return Host{}, false
 			}
 			v := c.viewLocked(h, req.ShowID)
-			return fitsResources(v, req.Profile) && (req.Accept == nil || req.Accept(v))
-		})
+			v.Locality, v.LayerCores = h.localityOf(req.LayerID)
+			return v, fitsResources(v, req.Profile) && (req.Accept == nil || req.Accept(v))
+		}
+		var h *hostRec
+		var out Host
+		if place != nil {
+			h, out = c.placeLocked(g, &req, coreHint, memHint, strategy, place, fits)
+		} else {
+			h = g.find(coreHint, memHint, strategy, func(h *hostRec) bool {
+				var ok bool
+				out, ok = fits(h)
+				return ok
+			})
+		}
 		if h == nil {
 			continue
 		}
-		out := c.viewLocked(h, req.ShowID)
 		for _, g := range h.groups {
 			g.remove(h)
 		}

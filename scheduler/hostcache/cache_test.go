@@ -114,7 +114,7 @@ func TestGates(t *testing.T) {
 	}
 	want := Host{ID: "gpu", Name: "name-gpu", AllocID: allocA, AllocName: "a.a", FacilityID: facA, OS: "rocky9",
 		TotalCores: 800, IdleCores: 800, TotalMemKB: 16 * gib, IdleMemKB: 16 * gib, IdleGPUs: 2, IdleGPUMemKB: 4 * gib,
-		AllocAvailableCores: 100000 - 500}
+		TotalGPUs: 2, TotalGPUMemKB: 16 * gib, AllocAvailableCores: 100000 - 500}
 	h.LastPing, h.LSN, h.Version = time.Time{}, 0, 0
 	if h != want {
 		t.Fatalf("checked out %+v\nwant          %+v", h, want)
@@ -541,6 +541,26 @@ func TestConfigFrom(t *testing.T) {
 	if got.ConnString != c.Database.URL || got.MemoryKeyDivisor != 1<<30 || got.GroupIdleTimeout != 3*time.Hour ||
 		got.Publication != "cuesched_hostcache" || *got.Strategy != (HostBookingStrategy{true, true}) {
 		t.Fatalf("ConfigFrom = %+v (strategy %v)", got, *got.Strategy)
+	}
+	if got.Placement == nil || *got.Placement != DefaultPlacement() || got.WarmFrames != 8 {
+		t.Fatalf("default placement: %+v, warm frames %d", got.Placement, got.WarmFrames)
+	}
+	c.Queue.Placement = config.PlacementBestFit
+	if got := ConfigFrom(c); got.Placement != nil || *got.Strategy != (HostBookingStrategy{true, true}) {
+		t.Fatalf("best_fit: placement %+v strategy %v, want round 1's walk", got.Placement, *got.Strategy)
+	}
+	c.Queue.Placement = config.PlacementWorstFit
+	if got := ConfigFrom(c); got.Placement != nil || *got.Strategy != (HostBookingStrategy{}) {
+		t.Fatalf("worst_fit: placement %+v strategy %v", got.Placement, *got.Strategy)
+	}
+	c.Queue.Placement = config.PlacementEPVM
+	c.Queue.Locality.Enabled = false
+	c.Queue.PlacementWeights.GPUs = 2
+	if got := ConfigFrom(c); got.Placement == nil || got.Placement.Locality || got.Placement.Weights.GPUs != 2 {
+		t.Fatalf("epvm without locality: %+v", got.Placement)
+	}
+	if _, err := New(Config{ConnString: "x", Placement: &Placement{Candidates: 4}}, Options{}); err == nil {
+		t.Fatal("placement weights all zero were accepted")
 	}
 	if _, err := New(Config{ConnString: "x", MemoryKeyDivisor: 1000}, Options{}); err == nil {
 		t.Fatal("a memory divisor below 1 MiB was accepted")

@@ -50,6 +50,26 @@
 // OS any host listing it. The list is split once, when the host_stat row
 // arrives, and shared by every host reporting the same str_os.
 //
+// # Placement and locality
+//
+// With a Placement (the default configuration's queue.placement epvm) a
+// checkout does not take the first host of the walk: it collects the first
+// Candidates hosts that fit in the walk's order, a quarter as many from the
+// walk's other end, and the hosts the request's layer is live or warm on,
+// and takes the one with the lowest E-PVM cost, the marginal rise of
+// Σ_r w_r·e^(used_r/total_r) over cores, memory, GPUs and GPU memory that
+// one frame causes (EPVMCost; a GPU host's GPUs count as used at least in
+// the share its cores are). With locality, a live or warm host within
+// Tolerance of the cheapest wins instead (Choose). The cost stays
+// O(log n + K). Without a Placement (best_fit, worst_fit) the first fit
+// wins, exactly as in round 1, and there is no locality bonus.
+//
+// Locality is learnt from the bookings the caller reports (Booked, before
+// the check-in) and the host rows of the WAL: see locality.go. Every
+// checkout's host view carries the host's Locality for the request's layer
+// and the centicores the layer holds there (LayerCores), which the matcher
+// uses to cap one layer's share of a host.
+//
 // # Checkout, check-in, and the WAL: assume / confirm / forget
 //
 // Checkout removes the chosen host from every group before it returns, under
@@ -138,8 +158,10 @@
 // last applied commit, or the last keepalive received with nothing in
 // flight, so an idle database does not look stale), _snapshots_total,
 // _group_builds_total, _group_evictions_total, _lease_expired_total,
-// _capacity_wakeups_total (group bumps) and _assumptions_total{outcome}; the stream's own metrics are prefixed
-// scheduler_replication_.
+// _capacity_wakeups_total (group bumps) and _assumptions_total{outcome};
+// scheduler_placements_total{locality} counts the frames booked by the
+// host's locality for their layer (live, warm, cold); the stream's own
+// metrics are prefixed scheduler_replication_.
 //
 // Accept runs under the cache's mutex: it must not call back into the cache.
 package hostcache

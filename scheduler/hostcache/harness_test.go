@@ -27,7 +27,7 @@ var tableCols = map[string][]string{
 	"host_stat":    {"pk_host_stat", "pk_host", "int_mem_total", "int_mem_free", "int_gpu_mem_free", "str_state", "str_os", "ts_ping"},
 	"host_tag":     {"pk_host_tag", "pk_host", "str_tag", "str_tag_type"},
 	"host": {"pk_host", "pk_alloc", "str_name", "str_lock_state", "int_cores", "int_cores_idle", "int_mem_idle",
-		"int_gpus_idle", "int_gpu_mem_idle", "int_thread_mode"},
+		"int_gpus_idle", "int_gpu_mem_idle", "int_thread_mode", "int_gpus", "int_gpu_mem"},
 }
 
 var pkOf = map[string]string{
@@ -263,7 +263,8 @@ func (f *farm) hostChanges(h hostSpec) []replication.Change {
 	cs := []replication.Change{
 		f.ins("host", map[string]any{"pk_host": h.id, "pk_alloc": h.alloc, "str_name": "name-" + h.id, "str_lock_state": h.lock,
 			"int_cores": h.cores * 100, "int_cores_idle": h.idleCores * 100, "int_mem_idle": h.idleMemGB * gib,
-			"int_gpus_idle": h.gpus, "int_gpu_mem_idle": h.gpuMemGB * gib, "int_thread_mode": h.threadMode}),
+			"int_gpus_idle": h.gpus, "int_gpu_mem_idle": h.gpuMemGB * gib, "int_thread_mode": h.threadMode,
+			"int_gpus": h.gpus, "int_gpu_mem": h.gpuMemGB * gib}),
 		f.ins("host_stat", map[string]any{"pk_host_stat": "st-" + h.id, "pk_host": h.id, "int_mem_total": h.memGB * gib,
 			"int_mem_free": h.freeMemGB * gib, "int_gpu_mem_free": h.gpuFree * gib, "str_state": h.state, "str_os": h.os,
 			"ts_ping": time.Now()}),

@@ -15,6 +15,8 @@ type metrics struct {
 	leaseExpired   prometheus.Counter
 	capacityBumps  prometheus.Counter
 	assumptions    *prometheus.CounterVec
+	placementsVec  *prometheus.CounterVec
+	placements     [Live + 1]prometheus.Counter // by Locality
 }
 
 func newMetrics(reg prometheus.Registerer, c *Cache) *metrics {
@@ -46,9 +48,18 @@ func newMetrics(reg prometheus.Registerer, c *Cache) *metrics {
 			Help: "Checked-in idle values by outcome: assumed (pending the WAL), confirmed (the WAL showed them), superseded (the WAL already had them or newer), expired (never confirmed within assume_ttl).",
 		}, []string{"outcome"}),
 	}
+	m.placementsVec = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "scheduler_placements_total",
+		Help: "Frames booked on a host by the host's locality for their layer: live (the layer runs there), warm (it ran there recently), cold.",
+	}, []string{"locality"})
 	for _, o := range []string{"assumed", "confirmed", "superseded", "expired"} {
 		m.assumptions.WithLabelValues(o)
 	}
+	defer func() {
+		for l := Cold; l <= Live; l++ {
+			m.placements[l] = m.placementsVec.WithLabelValues(l.String())
+		}
+	}()
 	if reg == nil {
 		return m
 	}
@@ -60,6 +71,7 @@ func newMetrics(reg prometheus.Registerer, c *Cache) *metrics {
 	m.leaseExpired = register(reg, m.leaseExpired)
 	m.capacityBumps = register(reg, m.capacityBumps)
 	m.assumptions = register(reg, m.assumptions)
+	m.placementsVec = register(reg, m.placementsVec)
 	for _, g := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "scheduler_host_cache_size", Help: "Hosts in the cache (every host row of the publication).",

@@ -25,7 +25,7 @@ var snapshotQueries = []struct{ table, sql string }{
 	{"host_stat", `SELECT pk_host_stat, pk_host, int_mem_total, int_mem_free, int_gpu_mem_free, str_state, str_os, ts_ping FROM host_stat`},
 	{"host_tag", `SELECT pk_host_tag, pk_host, str_tag, str_tag_type FROM host_tag`},
 	{"host", `SELECT pk_host, pk_alloc, str_name, str_lock_state, int_cores, int_cores_idle, int_mem_idle,
-		int_gpus_idle, int_gpu_mem_idle, int_thread_mode FROM host`},
+		int_gpus_idle, int_gpu_mem_idle, int_thread_mode, int_gpus, int_gpu_mem FROM host`},
 }
 
 // idle is the four idle columns of a host row (centicores, KB, devices, KB).
@@ -37,7 +37,8 @@ type hostRec struct {
 
 	name, allocID, lockState string
 	coresTotal               int64
-	row                      idle // host.int_*_idle
+	gpusTotal, gpuMemTotalKB int64 // host.int_gpus, host.int_gpu_mem
+	row                      idle  // host.int_*_idle
 	threadMode               int
 
 	stat *statRec // host_stat row, nil while absent
@@ -53,6 +54,9 @@ type hostRec struct {
 	out              *lease   // set while checked out
 	assumed          *assumption
 	assumedListIndex int // position in Cache.assumedList (-1 if none)
+	// recent are the layers booked on the host lately (locality.go).
+	recent []layerUse
+	pick   uint64 // the checkout that last collected it as a candidate
 }
 
 // servesOS reports whether the host may take a job needing os (Profile.OS),
@@ -337,6 +341,8 @@ func (st *state) applyHost(c *replication.Change, e *effects) error {
 	rr.str("str_name", &h.name)
 	rr.str("str_lock_state", &h.lockState)
 	rr.i64("int_cores", &h.coresTotal)
+	rr.i64("int_gpus", &h.gpusTotal)
+	rr.i64("int_gpu_mem", &h.gpuMemTotalKB)
 	rr.i64("int_cores_idle", &h.row.cores)
 	rr.i64("int_mem_idle", &h.row.memKB)
 	rr.i64("int_gpus_idle", &h.row.gpus)

@@ -91,6 +91,8 @@ type HostRequest struct {
 	Threadable bool
 	// Accept reports whether at least one frame fits on h.
 	Accept func(h dispatch.Host) bool
+	// LayerID is the layer asking (locality, the layer's cores on h).
+	LayerID string
 }
 
 // Hosts is the host cache as the matcher uses it.
@@ -101,6 +103,14 @@ type Hosts interface {
 	Checkout(ctx context.Context, req HostRequest) (dispatch.Host, error)
 	// Checkin returns a checked-out host with its current idle values.
 	Checkin(h dispatch.Host)
+}
+
+// BookingObserver is optionally implemented by Hosts: it is told which
+// layer a batch booked on a checked-out host, and how many frames and
+// centicores, just before the host's check-in (the host cache's locality
+// and per-layer cores).
+type BookingObserver interface {
+	Booked(h dispatch.Host, layerID string, frames int, cores int64)
 }
 
 // Dispatcher books and launches a batch (dispatch.Dispatcher).
@@ -131,6 +141,9 @@ type Config struct {
 	// unreachable host does not swallow every pass's attempts while its
 	// idle resources keep getting restored by compensation.
 	HostQuarantine time.Duration
+	// Spread caps one layer's share of a host (queue.layer_spread; the
+	// zero Spread caps nothing).
+	Spread Spread
 }
 
 // Options are the dependencies of a Matcher.
@@ -240,11 +253,14 @@ type Outcome struct {
 // job ends without one): the jobs drawn first get the first pick of the free
 // hosts, while every job's queries and dispatches still overlap. Budget,
 // when positive, caps the frames the job may start in this pass below
-// FramesPerJob. The zero Turn waits for nothing.
+// FramesPerJob. Alone says the job is the only one of its pass (the layer
+// spread cap is lifted for a job with one layer then). The zero Turn waits
+// for nothing.
 type Turn struct {
 	Wait   <-chan struct{}
 	Done   func()
 	Budget int
+	Alone  bool
 }
 
 // turn is one Process call's use of its Turn.
@@ -252,6 +268,7 @@ type turn struct {
 	t      Turn
 	waited bool
 	done   bool
+	solo   bool // the layer is the only work of the pass
 }
 
 // wait blocks until the job's turn (once); false if ctx ended first.
@@ -296,6 +313,7 @@ func (m *Matcher) ProcessInTurn(ctx context.Context, c *clusters.Cluster, job jo
 	if err != nil {
 		return out, err
 	}
+	t.solo = order.Alone && len(layers) == 1
 	for _, l := range layers {
 		if ctx.Err() != nil {
 			return out, ctx.Err()
@@ -402,6 +420,8 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 			h.KeepCores, h.KeepMemKB = m.guard.Keep(clusterTags, h.IdleGPUs)
 		}
 	}
+	// One layer holds at most its share of a host (unless it is alone).
+	limit := m.spreadLimit(frameShape{coresMin: l.CoresMin, threadable: l.Threadable}, t.solo)
 	remaining := l.Frames
 	attempts := 0
 	var watch jobs.Watch // of the last miss
@@ -415,7 +435,7 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 		host, err := m.hosts.Checkout(ctx, HostRequest{
 			FacilityID: c.FacilityID, ShowID: c.ShowID, Tags: tags,
 			CoresMin: coresHint, MemMinKB: l.MemMinKB, GPUsMin: l.GPUsMin, GPUMemMinKB: l.GPUMemMinKB,
-			OS: l.OS, Threadable: l.Threadable,
+			OS: l.OS, Threadable: l.Threadable, LayerID: l.ID,
 			Accept: func(h dispatch.Host) bool {
 				if m.quarantined(h.ID) {
 					return false
@@ -424,6 +444,9 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 					return false
 				}
 				keep(&h)
+				if limit != nil && !limit(&h) {
+					return false
+				}
 				_, why := m.cfg.Policy.Reserve(h.Host, req, budget)
 				return why == reserve.Fits
 			},
@@ -446,8 +469,18 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 		if host.KeepCores > 0 || host.KeepMemKB > 0 {
 			m.guard.Held()
 		}
+		if limit != nil {
+			kept := host.KeepCores
+			limit(&host)
+			if host.KeepCores > kept {
+				m.m.spreadCapped.Inc()
+			}
+		}
 		res := m.disp.Dispatch(ctx, l, remaining, host)
 		res.Host.KeepCores, res.Host.KeepMemKB = 0, 0
+		if o, ok := m.hosts.(BookingObserver); ok && len(res.Dispatched) > 0 {
+			o.Booked(res.Host, l.ID, len(res.Dispatched), res.CoresBooked)
+		}
 		m.hosts.Checkin(res.Host)
 		if len(res.LaunchFailed) > 0 {
 			m.quarantineHost(host.ID)

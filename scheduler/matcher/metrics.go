@@ -9,6 +9,9 @@ type metrics struct {
 	quarantined  prometheus.Counter
 	// jobBudgetSpent: jobs whose pass ended at dispatch_frames_per_job_limit.
 	jobBudgetSpent prometheus.Counter
+	// spreadCapped: checked-out hosts on which queue.layer_spread limited
+	// the layer's batch.
+	spreadCapped prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -34,9 +37,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "scheduler_job_pass_budget_spent_total",
 			Help: "Jobs whose pass stopped at dispatch_frames_per_job_limit with layers left.",
 		}),
+		spreadCapped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scheduler_layer_spread_capped_total",
+			Help: "Host checkouts on which queue.layer_spread limited the layer's batch to its share of the host.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.noCandidate, m.candidates, m.permitDenied, m.quarantined, m.jobBudgetSpent)
+		reg.MustRegister(m.noCandidate, m.candidates, m.permitDenied, m.quarantined, m.jobBudgetSpent, m.spreadCapped)
 	}
 	return m
 }

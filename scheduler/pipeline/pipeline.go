@@ -360,10 +360,10 @@ func (p *Pipeline) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	prev := make(chan struct{})
 	close(prev)
 	for i, j := range js {
-		var turn matcher.Turn
+		turn := matcher.Turn{Alone: len(js) == 1}
 		if p.cfg.Lottery {
 			next := make(chan struct{})
-			turn = matcher.Turn{Wait: prev, Done: func() { close(next) }, Budget: budgets[i]}
+			turn.Wait, turn.Done, turn.Budget = prev, func() { close(next) }, budgets[i]
 			prev = next
 		}
 		select {

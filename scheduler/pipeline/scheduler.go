@@ -249,6 +249,10 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 		guard = g
 	}
 
+	var spread matcher.Spread
+	if q.LayerSpread.Enabled {
+		spread = matcher.Spread{Fraction: q.LayerSpread.MaxHostFraction, MinFrames: q.LayerSpread.MinFrames}
+	}
 	s.Backoff = jobs.NewBackoff(q.LayerBackoffMin.D(), q.LayerBackoffMax.D())
 	maxLayers := cfg.Database.PoolSize - 1
 	if d.Pool != nil {
@@ -257,7 +261,7 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 	s.Matcher = matcher.New(s.pool, hosts, s.Dispatcher, matcher.Config{
 		Attempts: q.HostCandidateAttemptsPerLayer, FramesPerLayer: q.DispatchFramesPerLayerLimit, FramesPerJob: q.DispatchFramesPerJobLimit,
 		MaxConcurrentLayers: max(maxLayers, 1), Policy: policy, SelfishServices: q.SelfishServices, Schema: &schema,
-		HostQuarantine: q.HostQuarantine.D(),
+		HostQuarantine: q.HostQuarantine.D(), Spread: spread,
 	}, matcher.Options{Logger: log, Registerer: d.Registerer, Backoff: s.Backoff, Guard: guard, Reservations: s.Reservations})
 
 	if d.Gate != nil {

@@ -46,8 +46,8 @@ func Scenarios() []Scenario {
 		{Name: "FAILOVER", Description: "two schedulers; the loop leader is killed mid-run: the survivor books >= 100 frames within 10 s, nothing launched twice.", Run: runFailover},
 		{Name: "RESERVATIONS", Description: "64/128-core frames among a flood of 1-core frames on 64/128-core hosts: every wide frame runs within a bounded wait, utilization >= 85%, no non-owner booking on a reserved host but EASY backfills; beside the same run without reservations, and a failover while a reservation is held.",
 			Variants: []Variant{noReservations, resvFailover}, Run: runReservations},
-		{Name: "LOCALITY", Description: "sustained feed: share of frames placed on a host that last ran the same layer >= 25%.",
-			NotBuilt: "the locality bonus (issue #11)"},
+		{Name: "LOCALITY", Description: "sustained feed of several multi-frame layers on a busy farm: share of frames placed on a host that last ran the same layer >= 25%.",
+			Variants: []Variant{noLocality}, Run: runLocality},
 		{Name: "MIGRATE", Description: "legacy-dispatched and managed shows on one farm, flipped each way mid-run: no host over-booked, nothing launched twice, no orphan proc older than 30 s.",
 			Run: runMigrate},
 	}

@@ -105,6 +105,7 @@ type World struct {
 
 type instance struct {
 	s      *pipeline.Scheduler
+	reg    *prometheus.Registry
 	pool   *pgxpool.Pool
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -328,14 +329,15 @@ func (w *World) startScheduler(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
+	reg := prometheus.NewRegistry()
 	s, err := pipeline.NewScheduler(ctx, cfg, pipeline.Deps{Pool: pool, Redis: w.RDB, RQDResolve: w.Fake.Resolve,
-		Logger: w.log.Named(fmt.Sprintf("scheduler%d", i)), Registerer: prometheus.NewRegistry()})
+		Logger: w.log.Named(fmt.Sprintf("scheduler%d", i)), Registerer: reg})
 	if err != nil {
 		pool.Close()
 		return err
 	}
 	ictx, cancel := context.WithCancel(ctx)
-	in := &instance{s: s, pool: pool, cancel: cancel, done: make(chan struct{})}
+	in := &instance{s: s, reg: reg, pool: pool, cancel: cancel, done: make(chan struct{})}
 	w.scheds = append(w.scheds, in)
 	go func() {
 		defer close(in.done)
@@ -375,6 +377,33 @@ func (w *World) StopSampling() {
 		w.monStop()
 		<-w.monDone
 	}
+}
+
+// Counter sums a counter of every scheduler instance's registry over the
+// series whose labels include label=value (label "" sums every series).
+func (w *World) Counter(name, label, value string) float64 {
+	var sum float64
+	for _, in := range w.scheds {
+		fams, err := in.reg.Gather()
+		if err != nil {
+			continue
+		}
+		for _, f := range fams {
+			if f.GetName() != name {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				ok := label == ""
+				for _, l := range m.GetLabel() {
+					ok = ok || (l.GetName() == label && l.GetValue() == value)
+				}
+				if ok {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
 }
 
 // Elapsed is the time since Start.

@@ -66,6 +66,43 @@ type BookingStrategy struct {
 	MemorySaturation bool `yaml:"memory_saturation"`
 }
 
+// Placement strategies (queue.placement).
+const (
+	PlacementEPVM     = "epvm"
+	PlacementBestFit  = "best_fit"
+	PlacementWorstFit = "worst_fit"
+)
+
+// PlacementWeights weigh each resource in the E-PVM cost.
+type PlacementWeights struct {
+	Cores     float64 `yaml:"cores"`
+	Memory    float64 `yaml:"memory"`
+	GPUs      float64 `yaml:"gpus"`
+	GPUMemory float64 `yaml:"gpu_memory"`
+}
+
+// Locality is the bonus for a host that runs or just ran the same layer.
+type Locality struct {
+	// Enabled applies the bonus (epvm placement only).
+	Enabled bool `yaml:"enabled"`
+	// WarmFrames: a host stays warm for a layer until this many frames of
+	// other layers were booked on it since the layer last booked or ran
+	// there.
+	WarmFrames int `yaml:"warm_frames"`
+	// Tolerance is the near-tie band: a live or warm host wins over the
+	// cheapest candidate when its cost is within this fraction of it.
+	Tolerance float64 `yaml:"tolerance"`
+}
+
+// LayerSpread caps one layer's share of a host.
+type LayerSpread struct {
+	Enabled bool `yaml:"enabled"`
+	// MaxHostFraction of a host's cores one layer may hold...
+	MaxHostFraction float64 `yaml:"max_host_fraction"`
+	// ...but never fewer than MinFrames of its frames.
+	MinFrames int `yaml:"min_frames"`
+}
+
 // Stream sizes the pipeline's concurrency.
 type Stream struct {
 	ClusterBufferSize int `yaml:"cluster_buffer_size"`
@@ -137,6 +174,20 @@ type Queue struct {
 	// HostQuarantine keeps a host whose RQD refused a launch or could not
 	// be reached out of this instance's checkouts for this long.
 	HostQuarantine Duration `yaml:"host_quarantine"`
+	// Placement chooses a host among those that fit: "epvm" (default)
+	// scores a bounded candidate set drawn from the index walk by the
+	// marginal E-PVM cost; "best_fit" takes the first host of the walk in
+	// host_booking_strategy's order (round 1); "worst_fit" the first host
+	// walking both dimensions Worst-Fit.
+	Placement string `yaml:"placement"`
+	// PlacementWeights weigh cores, memory, GPUs and GPU memory in the
+	// E-PVM cost.
+	PlacementWeights PlacementWeights `yaml:"placement_weights"`
+	// PlacementCandidates is how many fitting hosts E-PVM scores from the
+	// index walk (plus a quarter as many from its other end).
+	PlacementCandidates int         `yaml:"placement_candidates"`
+	Locality            Locality    `yaml:"locality"`
+	LayerSpread         LayerSpread `yaml:"layer_spread"`
 	// Reservations are firm host reservations with EASY backfill for wide
 	// frames (scheduler/reservations).
 	Reservations Reservations `yaml:"reservations"`
@@ -256,6 +307,11 @@ func Default() Config {
 			MemReservedMin:                250 * MiB,
 			SelfishServices:               []string{},
 			HostBookingStrategy:           BookingStrategy{CoreSaturation: true, MemorySaturation: false},
+			Placement:                     PlacementEPVM,
+			PlacementWeights:              PlacementWeights{Cores: 1, Memory: 1, GPUs: 4, GPUMemory: 1},
+			PlacementCandidates:           24,
+			Locality:                      Locality{Enabled: true, WarmFrames: 8, Tolerance: 0.1},
+			LayerSpread:                   LayerSpread{Enabled: true, MaxHostFraction: 0.25, MinFrames: 8},
 			FrameMemorySoftLimit:          1.6,
 			FrameMemoryHardLimit:          2.0,
 			PriorityAgeRelief:             Duration(10 * time.Minute),

@@ -122,6 +122,20 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 			[]string{`key "queue.reservations.timeout"`, "positive duration"}},
 		{"unknown reservation key", "queue:\n  reservations:\n    blocked: 5m\n", nil,
 			[]string{"cuesched.yaml:3", `key "queue.reservations.blocked"`, "blocked_for"}},
+		{"bad placement", "queue:\n  placement: first_fit\n", nil,
+			[]string{`key "queue.placement"`, `"epvm", "best_fit" or "worst_fit", not "first_fit"`}},
+		{"unknown placement weight", "queue:\n  placement_weights:\n    disk: 1\n", nil,
+			[]string{"cuesched.yaml:3", `key "queue.placement_weights.disk"`, "unknown key", "gpu_memory"}},
+		{"negative weight", "", map[string]string{"CUESCHED_QUEUE_PLACEMENT_WEIGHTS_GPUS": "-1"},
+			[]string{`key "queue.placement_weights.gpus"`, "between 0 and 1000"}},
+		{"no weight", "queue:\n  placement_weights: {cores: 0, memory: 0, gpus: 0, gpu_memory: 0}\n", nil,
+			[]string{`key "queue.placement_weights"`, "one weight must be positive"}},
+		{"candidates", "queue:\n  placement_candidates: 0\n", nil,
+			[]string{`key "queue.placement_candidates"`, "between 1 and 256"}},
+		{"tolerance", "queue:\n  locality:\n    tolerance: 2\n", nil,
+			[]string{`key "queue.locality.tolerance"`}},
+		{"spread fraction", "queue:\n  layer_spread:\n    max_host_fraction: 0\n", nil,
+			[]string{`key "queue.layer_spread.max_host_fraction"`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -136,6 +150,34 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestPlacementKeys(t *testing.T) {
+	p := write(t, `
+queue:
+  placement: best_fit
+  placement_weights:
+    gpus: 8
+  locality:
+    enabled: false
+  layer_spread:
+    enabled: false
+    max_host_fraction: 0
+`)
+	env := map[string]string{"CUESCHED_QUEUE_PLACEMENT_CANDIDATES": "32", "CUESCHED_QUEUE_LOCALITY_WARM_FRAMES": "4"}
+	cfg, err := Load(p, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := cfg.Queue
+	if q.Placement != PlacementBestFit || q.PlacementWeights != (PlacementWeights{Cores: 1, Memory: 1, GPUs: 8, GPUMemory: 1}) ||
+		q.PlacementCandidates != 32 || q.Locality != (Locality{WarmFrames: 4, Tolerance: 0.1}) || q.LayerSpread.Enabled {
+		t.Fatalf("placement keys: %+v", q)
+	}
+	d := Default().Queue
+	if d.Placement != PlacementEPVM || !d.Locality.Enabled || !d.LayerSpread.Enabled || d.LayerSpread.MaxHostFraction != 0.25 || d.LayerSpread.MinFrames != 8 {
+		t.Fatalf("defaults: %+v", d)
 	}
 }
 

@@ -304,6 +304,38 @@ func (c Config) Validate() error {
 	default:
 		return bad("queue.job_order", fmt.Sprintf("must be %q or %q, not %q", JobOrderLottery, JobOrderStrict, c.Queue.JobOrder))
 	}
+	switch c.Queue.Placement {
+	case PlacementEPVM, PlacementBestFit, PlacementWorstFit:
+	default:
+		return bad("queue.placement", fmt.Sprintf("must be %q, %q or %q, not %q", PlacementEPVM, PlacementBestFit, PlacementWorstFit, c.Queue.Placement))
+	}
+	w := c.Queue.PlacementWeights
+	for _, it := range []struct {
+		key string
+		v   float64
+	}{{"cores", w.Cores}, {"memory", w.Memory}, {"gpus", w.GPUs}, {"gpu_memory", w.GPUMemory}} {
+		if it.v < 0 || it.v > 1000 || it.v != it.v {
+			return bad("queue.placement_weights."+it.key, "must be between 0 and 1000")
+		}
+	}
+	if w.Cores+w.Memory+w.GPUs+w.GPUMemory <= 0 {
+		return bad("queue.placement_weights", "at least one weight must be positive")
+	}
+	if n := c.Queue.PlacementCandidates; n < 1 || n > 256 {
+		return bad("queue.placement_candidates", "must be between 1 and 256")
+	}
+	if c.Queue.Locality.WarmFrames < 1 {
+		return bad("queue.locality.warm_frames", "must be at least 1")
+	}
+	if t := c.Queue.Locality.Tolerance; t < 0 || t > 1 || t != t {
+		return bad("queue.locality.tolerance", "must be between 0 and 1")
+	}
+	if f := c.Queue.LayerSpread.MaxHostFraction; c.Queue.LayerSpread.Enabled && (f <= 0 || f > 1 || f != f) {
+		return bad("queue.layer_spread.max_host_fraction", "must be above 0 and at most 1")
+	}
+	if c.Queue.LayerSpread.MinFrames < 1 {
+		return bad("queue.layer_spread.min_frames", "must be at least 1")
+	}
 	if c.RQD.GRPCPort < 1 || c.RQD.GRPCPort > 65535 {
 		return bad("rqd.grpc_port", "must be a TCP port (1-65535)")
 	}

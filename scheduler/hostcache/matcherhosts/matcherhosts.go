@@ -4,11 +4,12 @@
 //
 // It only translates types: cluster tags become group tags (by name, in the
 // matcher's probe order), the layer's floors and gates become a
-// hostcache.Profile, the matcher's Accept sees a dispatch.Host, and
-// hostcache.ErrNoCandidate becomes matcher.ErrNoCandidate (keeping the
-// miss's capacity watch, so the matcher's backoff is released when the
-// missed groups gain capacity). A check-in passes
-// the idle values the dispatcher carries back (Postgres' RETURNING after a
+// hostcache.Profile, the matcher's Accept sees a dispatch.Host (with the
+// layer's cores on the host), the batches booked are reported to
+// Cache.Booked (locality), and hostcache.ErrNoCandidate becomes
+// matcher.ErrNoCandidate (keeping the miss's capacity watch, so the
+// matcher's backoff is released when the missed groups gain capacity). A
+// check-in passes the idle values the dispatcher carries back (Postgres' RETURNING after a
 // booking, or the checked-out values when nothing was booked) to
 // Cache.Checkin, which applies the assume/confirm ordering rule against the
 // WAL.
@@ -40,6 +41,7 @@ func ToDispatch(h hostcache.Host) dispatch.Host {
 			TotalCores: h.TotalCores, IdleCores: h.IdleCores, TotalMemKB: h.TotalMemKB, IdleMemKB: h.IdleMemKB,
 			IdleGPUs: h.IdleGPUs, IdleGPUMem: h.IdleGPUMemKB, ThreadMode: h.ThreadMode,
 		},
+		LayerCores: h.LayerCores,
 	}
 }
 
@@ -55,6 +57,7 @@ func (a *Hosts) Checkout(ctx context.Context, req matcher.HostRequest) (dispatch
 			CoresMin: req.CoresMin, MemMinKB: req.MemMinKB, GPUsMin: req.GPUsMin, GPUMemMinKB: req.GPUMemMinKB,
 			OS: req.OS, Threadable: req.Threadable,
 		},
+		LayerID: req.LayerID,
 	}
 	if req.Accept != nil {
 		r.Accept = func(h hostcache.Host) bool { return req.Accept(ToDispatch(h)) }
@@ -72,6 +75,14 @@ func (a *Hosts) Checkout(ctx context.Context, req matcher.HostRequest) (dispatch
 	}
 	return ToDispatch(h), nil
 }
+
+// Booked implements matcher.BookingObserver: the cache learns which layer
+// ran where (locality, the layer's cores on the host).
+func (a *Hosts) Booked(h dispatch.Host, layerID string, frames int, cores int64) {
+	a.c.Booked(h.ID, layerID, frames, cores)
+}
+
+var _ matcher.BookingObserver = (*Hosts)(nil)
 
 // Checkin implements matcher.Hosts.
 func (a *Hosts) Checkin(h dispatch.Host) {
