@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -34,18 +33,18 @@ really runs anywhere.
 
 One gRPC server answers rqd.RqdInterface for any render host (or only the
 --hosts given; the others answer UNAVAILABLE, like a host that is down).
-Point the scheduler at it with rqd.address_override (or the environment
-variable CUESCHED_RQD_ADDRESS_OVERRIDE) set to the --listen address: the
-scheduler then names the host in the x-cuesched-host metadata of each call.
+Point the scheduler at it with rqd.address_override in its configuration
+set to the --listen address: the scheduler then names the host in the
+x-cuesched-host metadata of each call.
 Each LaunchFrame is logged (host, job, frame, cores, memory); an accepted
 frame "runs" for --run-time, then ends with exit status 0.
 
 --complete reports each finished frame back through Cuebot's tables the way
 Cuebot does on a FrameCompleteReport (frame SUCCEEDED, usage counters, proc
 DELETE, host idle resources given back): the scheduler's sidecar sees the
-DELETE and releases the booking in Redis. Database: --database-url, else the
-database.url of --config FILE (the scheduler's file will do), else
-$CUESCHED_DATABASE_URL. Without --complete nothing is written: finished
+DELETE and releases the booking in Redis. Database: --database-url, else
+$CUESCHED_DATABASE_URL, else the database.url of --config FILE (the
+scheduler's file will do). Without --complete nothing is written: finished
 frames stay RUNNING in the database with their procs.
 
 SIGTERM or SIGINT stops it. With --complete, frames still running are then
@@ -55,8 +54,6 @@ back to WAITING with exit status 299), unless --clear-on-stop=false.
 
 exit status: 0 stopped cleanly; 1 could not start or a stop went wrong; 2
 bad usage.
-
-flags:
 `
 
 // fakeRQDOptions are the parsed flags of "cuesched fake-rqd".
@@ -127,39 +124,24 @@ func runFakeRQD(ctx context.Context, c *cli, args []string) int {
 // parseFakeRQD parses the flags; code is -1 to go on, else the exit code
 // (the message already printed).
 func parseFakeRQD(c *cli, name string, args []string) (o fakeRQDOptions, code int) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	fs := newFlagSet(c, name, fakeRQDUsage)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8444", "gRPC address to serve RQD on (host:port); use :8444 to be reachable from other machines")
 	hosts := fs.String("hosts", "", "comma-separated render host names to answer for (default: every host); the others answer UNAVAILABLE")
 	runTime := fs.String("run-time", "5s..30s", "how long each frame runs: a duration (5s) or a uniform range MIN..MAX (5s..2m)")
 	fs.BoolVar(&o.complete, "complete", false, "report finished frames through Cuebot's tables (needs a database)")
-	dbURL := fs.String("database-url", "", "Cuebot PostgreSQL URL for --complete (default: database.url of --config, then $CUESCHED_DATABASE_URL)")
-	configPath := fs.String("config", "", "configuration file (YAML) whose database.url --complete uses")
+	cf := addConnFlags(fs, false)
 	fs.BoolVar(&o.clearOnStop, "clear-on-stop", true, "with --complete, clear frames still running at stop (proc released, frame WAITING)")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "serve /metrics, /healthz and /readyz on this host:port (default: off)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error (logs go to stderr)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
-	fs.Usage = func() {
-		fmt.Fprint(c.stdout, fakeRQDUsage)
-		fs.SetOutput(c.stdout)
-		fs.PrintDefaults()
-		fs.SetOutput(c.stderr)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, 0
-		}
-		return o, 2
-	}
-	bad := func(format string, a ...any) (fakeRQDOptions, int) {
-		fmt.Fprintf(c.stderr, "%s: "+format+"\n", append([]any{name}, a...)...)
-		return o, 2
+	if code, done := fs.parse(args); done {
+		return o, code
 	}
 	if fs.NArg() > 0 {
-		return bad("unexpected argument %q", fs.Arg(0))
+		return o, fs.fail("unexpected argument %q", fs.Arg(0))
 	}
 	if strings.TrimSpace(o.listen) == "" {
-		return bad("--listen: must be host:port")
+		return o, fs.fail("--listen: must be host:port")
 	}
 	if *hosts != "" {
 		for _, h := range strings.Split(*hosts, ",") {
@@ -168,35 +150,31 @@ func parseFakeRQD(c *cli, name string, args []string) (o fakeRQDOptions, code in
 			}
 		}
 		if len(o.hosts) == 0 {
-			return bad("--hosts: no host name in %q", *hosts)
+			return o, fs.fail("--hosts: no host name in %q", *hosts)
 		}
 	}
 	var err error
 	if o.rtMin, o.rtMax, err = parseRunTime(*runTime); err != nil {
-		return bad("--run-time: %v", err)
+		return o, fs.fail("--run-time: %v", err)
 	}
 	if _, err := logging.ParseLevel(o.logLevel); err != nil {
-		return bad("--log-level: %v", err)
+		return o, fs.fail("--log-level: %v", err)
 	}
 	if o.logFormat != "text" && o.logFormat != "json" {
-		return bad("--log-format: %q is not text or json", o.logFormat)
+		return o, fs.fail("--log-format: %q is not text or json", o.logFormat)
 	}
-	if o.complete {
-		switch {
-		case strings.TrimSpace(*dbURL) != "":
-			o.dbURL = *dbURL
-		case *configPath != "":
-			cfg, err := config.Load(*configPath, c.getenv)
-			if err != nil {
-				fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
-				return o, 1
-			}
-			o.dbURL = cfg.Database.URL
-		default:
-			o.dbURL = c.getenv("CUESCHED_DATABASE_URL")
+	switch {
+	case o.complete:
+		v, code := cf.resolve(c, name, false)
+		if code != 0 {
+			return o, code
 		}
-		if strings.TrimSpace(o.dbURL) == "" {
-			return bad("--complete needs a database: pass --database-url or --config, or set CUESCHED_DATABASE_URL")
+		o.dbURL = v.dbURL
+	case strings.TrimSpace(*cf.config) != "":
+		// Only --complete uses the database, but a bad file is named now
+		// (a file always yields a database URL: its default).
+		if _, code := cf.resolve(c, name, false); code != 0 {
+			return o, code
 		}
 	}
 	return o, -1

@@ -125,7 +125,7 @@ func TestFakeRQDUsageAndErrors(t *testing.T) {
 		{[]string{"--run-time", "10s..1s"}, nil, 2, "MIN <= MAX"},
 		{[]string{"--hosts", " , "}, nil, 2, "--hosts"},
 		{[]string{"--log-level", "loud"}, nil, 2, "--log-level"},
-		{[]string{"--complete"}, nil, 2, "--complete needs a database"},
+		{[]string{"--complete"}, nil, 2, "no database"},
 		{[]string{"--complete", "--config", "/nonexistent/cuesched.yaml"}, nil, 1, "/nonexistent/cuesched.yaml"},
 		// An address it cannot listen on fails at start, naming the flag.
 		{[]string{"--listen", "256.0.0.1:1"}, nil, 1, "--listen"},
