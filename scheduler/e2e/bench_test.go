@@ -426,5 +426,12 @@ func histMean(tb testing.TB, reg *prometheus.Registry, name string) (uint64, flo
 // oneLine joins a statement onto one line (pgbench reads a statement up to
 // its semicolon, but backslash commands and comments are line based).
 func oneLine(sql string) string {
-	return strings.Join(strings.Fields(sql), " ")
+	// pgbench reads one statement per line: drop "--" comments first.
+	lines := strings.Split(sql, "\n")
+	for i, l := range lines {
+		if j := strings.Index(l, "--"); j >= 0 {
+			lines[i] = l[:j]
+		}
+	}
+	return strings.Join(strings.Fields(strings.Join(lines, "\n")), " ")
 }
