@@ -10,6 +10,9 @@
 //	an allocation cluster at its burst      -> cluster_saturated_sleep (its
 //	                                           headroom returns as frames end,
 //	                                           seen only in Redis)
+//	the show is not seeded yet (a managed   -> NotSeededSleep (250 ms): the
+//	  flip waiting for the loop leader)        leader's seed is seen in Redis
+//	                                           only, so look again soon
 //	frames booked                           -> no sleep: go round again
 //
 // The saturated sleep is an upper bound. With a Capacity (the host cache),
@@ -91,6 +94,10 @@ type Config struct {
 	AgeRelief      time.Duration
 	EmptySleep     time.Duration // 30 s
 	SaturatedSleep time.Duration // 5 s
+	// NotSeededSleep paces a show whose accounting is not seeded yet (a
+	// flip to managed; 250 ms, at most SaturatedSleep): it is booked
+	// within about this long of the leader's seed.
+	NotSeededSleep time.Duration
 	// Lottery draws each pass's jobs weighted by effective priority
 	// (queue.job_order: lottery) instead of strict priority order.
 	Lottery bool
@@ -151,6 +158,10 @@ func New(db jobs.DB, feed *clusters.Feed, worker Worker, cfg Config, o Options) 
 	if cfg.SaturatedSleep <= 0 {
 		cfg.SaturatedSleep = 5 * time.Second
 	}
+	if cfg.NotSeededSleep <= 0 {
+		cfg.NotSeededSleep = 250 * time.Millisecond
+	}
+	cfg.NotSeededSleep = min(cfg.NotSeededSleep, cfg.SaturatedSleep)
 	log := o.Logger
 	if log == nil {
 		log = hclog.NewNullLogger()
@@ -263,6 +274,7 @@ const (
 	Capped     Reason = "capped"
 	QueryError Reason = "query_error"
 	AllocFull  Reason = "alloc_full"
+	NotSeeded  Reason = "not_seeded"
 	Cancelled  Reason = "cancelled"
 )
 
@@ -326,6 +338,7 @@ func (p *Pipeline) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 		total     int
 		stop      bool
 		allocFull bool
+		notSeeded bool
 		wg        sync.WaitGroup
 		sem       = make(chan struct{}, p.cfg.JobBuffer)
 	)
@@ -375,6 +388,7 @@ func (p *Pipeline) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 			if out.StopShow || out.AllocFull {
 				stop = true
 				allocFull = allocFull || out.AllocFull
+				notSeeded = notSeeded || out.StopShow
 			}
 		}()
 	}
@@ -384,6 +398,11 @@ func (p *Pipeline) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	switch {
 	case ctx.Err() != nil:
 		res.Reason = Cancelled
+	case notSeeded && total == 0:
+		// The loop leader seeds the show (a flip to managed) and nothing
+		// but Redis tells: look again shortly rather than sleep through
+		// the seed.
+		res.Reason, res.Sleep = NotSeeded, p.cfg.NotSeededSleep
 	case allocFull:
 		// Its headroom comes back as the show's frames end, which only
 		// Redis sees (no WAL event wakes the cluster): the short sleep.
