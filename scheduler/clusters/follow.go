@@ -48,7 +48,7 @@ func (c Change) empty() bool {
 //
 // Its methods are called by the stream's goroutine, one at a time.
 type Follower struct {
-	feed *Feed
+	feed Notifier
 	log  hclog.Logger
 
 	tables  replication.Tables
@@ -83,8 +83,13 @@ var followSnapshot = []struct{ table, sql string }{
 		FROM job_resource jr JOIN job j ON j.pk_job = jr.pk_job WHERE j.str_state = 'PENDING'`},
 }
 
+// Notifier receives a Follower's Changes (a Feed).
+type Notifier interface {
+	Notify(Change)
+}
+
 // NewFollower returns a Follower notifying feed.
-func NewFollower(feed *Feed, logger hclog.Logger) *Follower {
+func NewFollower(feed Notifier, logger hclog.Logger) *Follower {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
