@@ -34,8 +34,12 @@
 // finish their batches rather than being cancelled mid-booking.
 //
 // NewScheduler assembles one instance from the configuration: the cluster
-// feed (facility scoping, ignore_tags, reload, awake gate), the
-// replication-fed host cache (scheduler/hostcache), the Redis publisher and
+// feed (facility scoping, ignore_tags, awake gate; it follows the WAL
+// through the host cache's stream, clusters.Follower being the cache's
+// Tap, with the periodic reload as a backstop, and copies caps the WAL
+// says changed to Redis through the accounting service before it wakes
+// their shows), the replication-fed host cache (scheduler/hostcache), the
+// Redis publisher and
 // the accounting service (bootstrap, booking gate, leader-elected recompute
 // and reseed loops), the dispatcher with its RQD client pool, and the
 // matcher. It detects which optional Cuebot columns the database has
