@@ -180,7 +180,7 @@ func newFeedMetrics(reg prometheus.Registerer) *feedMetrics {
 		}, []string{"trigger", "result"}),
 		drift: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scheduler_cluster_set_drift_total",
-			Help: "Clusters a safety reload added or removed that the WAL path had missed, by change (added, removed; a cluster whose tags changed counts once each).",
+			Help: "Clusters a safety reload found added, removed or changed (its tags) that the WAL path had missed, by change.",
 		}, []string{"change"}),
 		walWoken: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "scheduler_clusters_wal_woken_total",
@@ -446,10 +446,12 @@ func (f *Feed) reload(ctx context.Context, trigger string) (bool, error) {
 	}
 	added, removed := diffSets(f.universe, cs)
 	if trigger == triggerSafety && f.pending.empty() && !f.flushing {
-		f.m.drift.WithLabelValues("added").Add(float64(len(added)))
-		f.m.drift.WithLabelValues("removed").Add(float64(len(removed)))
+		d := classify(added, removed)
+		f.m.drift.WithLabelValues("added").Add(float64(d.added))
+		f.m.drift.WithLabelValues("removed").Add(float64(d.removed))
+		f.m.drift.WithLabelValues("changed").Add(float64(d.changed))
 		f.log.Warn("cluster set drift: the safety reload found changes the WAL did not report",
-			"added", len(added), "removed", len(removed), "examples", examples(added, removed))
+			"added", d.added, "removed", d.removed, "changed", d.changed, "examples", examples(added, removed))
 	}
 	keep := make(map[string]struct{}, len(cs))
 	for _, c := range cs {
@@ -471,17 +473,17 @@ func (f *Feed) reload(ctx context.Context, trigger string) (bool, error) {
 	return true, nil
 }
 
-// diffSets lists the keys of b not in a (added) and of a not in b
+// diffSets lists the clusters of b not in a (added) and of a not in b
 // (removed); both are sorted by key.
-func diffSets(a, b []*Cluster) (added, removed []string) {
+func diffSets(a, b []*Cluster) (added, removed []*Cluster) {
 	i, j := 0, 0
 	for i < len(a) || j < len(b) {
 		switch {
 		case j == len(b) || (i < len(a) && a[i].key < b[j].key):
-			removed = append(removed, a[i].key)
+			removed = append(removed, a[i])
 			i++
 		case i == len(a) || b[j].key < a[i].key:
-			added = append(added, b[j].key)
+			added = append(added, b[j])
 			j++
 		default:
 			i++
@@ -491,20 +493,48 @@ func diffSets(a, b []*Cluster) (added, removed []string) {
 	return added, removed
 }
 
+// setDiff counts a reload's differences: a cluster removed and one added
+// for the same (facility, show, tag type) are one changed cluster (its
+// tags changed: a host tag added to a chunk, an allocation's tag renamed).
+type setDiff struct{ added, removed, changed int }
+
+func classify(added, removed []*Cluster) setDiff {
+	type group struct {
+		facility, show string
+		typ            TagType
+	}
+	n := map[group]int{}
+	for _, c := range added {
+		n[group{c.FacilityID, c.ShowID, c.Type()}]++
+	}
+	var d setDiff
+	for _, c := range removed {
+		g := group{c.FacilityID, c.ShowID, c.Type()}
+		if n[g] > 0 {
+			n[g]--
+			d.changed++
+		} else {
+			d.removed++
+		}
+	}
+	d.added = len(added) - d.changed
+	return d
+}
+
 // examples names a few drifted clusters for the log.
-func examples(added, removed []string) string {
+func examples(added, removed []*Cluster) string {
 	var out []string
-	for _, k := range added {
+	for _, c := range added {
 		if len(out) == 3 {
 			break
 		}
-		out = append(out, "+"+k)
+		out = append(out, "+"+c.key)
 	}
-	for _, k := range removed {
+	for _, c := range removed {
 		if len(out) == 6 {
 			break
 		}
-		out = append(out, "-"+k)
+		out = append(out, "-"+c.key)
 	}
 	return strings.Join(out, " ")
 }
@@ -705,6 +735,12 @@ func (f *Feed) Run(ctx context.Context) error {
 	}
 	var debounce *time.Timer
 	var fire <-chan time.Time
+	// A flush waits the debounce, and at least four times as long as the
+	// last one took after its end, so a storm of changes on a big farm
+	// cannot keep the database busy reloading more than a fifth of the
+	// time.
+	var lastEnd time.Time
+	var lastDur time.Duration
 	arm := func(d time.Duration) {
 		if debounce != nil {
 			debounce.Stop()
@@ -723,11 +759,14 @@ func (f *Feed) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-f.notify:
 			if fire == nil {
-				arm(f.opts.ChangeDebounce)
+				arm(max(f.opts.ChangeDebounce, time.Until(lastEnd.Add(4*lastDur))))
 			}
 		case <-fire:
 			fire = nil
-			if err := f.Flush(ctx); err != nil && ctx.Err() == nil {
+			start := time.Now()
+			err := f.Flush(ctx)
+			lastEnd, lastDur = time.Now(), time.Since(start)
+			if err != nil && ctx.Err() == nil {
 				f.log.Warn("acting on cluster changes from the WAL failed; retrying", "error", err)
 				arm(max(time.Second, f.opts.ChangeDebounce))
 			}

@@ -137,6 +137,12 @@ func (w *Follower) TapApply(txn *replication.Transaction) {
 	var ev Change
 	for i := range txn.Changes {
 		ch := &txn.Changes[i]
+		if ch.Relation == nil {
+			continue
+		}
+		if _, ours := w.tables[ch.Relation.Table]; !ours {
+			continue // host_stat and the like: the bulk of the stream
+		}
 		if !w.tables.Admit(ch, &w.ignored, w.log) {
 			continue
 		}

@@ -268,6 +268,18 @@ func TestSafetyReloadCountsDrift(t *testing.T) {
 		t.Fatalf("drift added/removed = %v/%v with the change pending, want still 4/0", a, r)
 	}
 
+	// A missed host tag changes the manual clusters of shows a and b (both
+	// subscribe to h1's allocation): two changed clusters.
+	exec(`INSERT INTO host_tag (pk_host_tag, pk_host, str_tag, str_tag_type)
+		SELECT 't-fresh', pk_host, 'fresh', 'MANUAL' FROM host WHERE str_name = 'h1'`)
+	if swapped, err := f.Reload(ctx); err != nil || !swapped {
+		t.Fatalf("Reload after a missed host tag = %v, %v", swapped, err)
+	}
+	a, r := drift()
+	if c := counterWith(t, reg, "scheduler_cluster_set_drift_total", "change", "changed"); a != 4 || r != 0 || c != 2 {
+		t.Fatalf("drift added/removed/changed = %v/%v/%v, want 4/0/2", a, r, c)
+	}
+
 	// Missed removals count too: show a deactivated behind the feed's back.
 	before := len(f.Clusters())
 	exec(`UPDATE show SET b_active = false WHERE pk_show = $1`, w.a.ID)
@@ -278,8 +290,8 @@ func TestSafetyReloadCountsDrift(t *testing.T) {
 	if a, r := drift(); a != 4 || r != float64(removed) || removed == 0 {
 		t.Fatalf("drift added/removed = %v/%v, want 4/%d", a, r, removed)
 	}
-	if got := counterWith(t, reg, "scheduler_cluster_reloads_total", "trigger", "safety"); got != 5 {
-		t.Fatalf("%v safety reloads, want 5", got)
+	if got := counterWith(t, reg, "scheduler_cluster_reloads_total", "trigger", "safety"); got != 6 {
+		t.Fatalf("%v safety reloads, want 6", got)
 	}
 }
 
