@@ -15,7 +15,8 @@
 //   - rollout/NNNN_name.sql: what cuesched adds to a live Cuebot database:
 //     show.b_scheduler_managed (if Cuebot's V45 is not there yet), our
 //     version table, the logical-replication publications, REPLICA IDENTITY
-//     FULL on proc, and the indexes the scheduler's queries need. Every step
+//     FULL on proc, the indexes the scheduler's queries need, and the folder
+//     and job caps on the host cache's publication. Every step
 //     is idempotent (IF NOT EXISTS / catalog checks in DO blocks), so it is
 //     safe on a database that already has some or all of it, and it never
 //     touches Cuebot's own objects beyond what it says (in particular never
@@ -66,7 +67,8 @@ const VersionTable = "cuesched_schema_migrations"
 
 // Publication names created by the rollout.
 const (
-	// PublicationHostCache feeds the scheduler's host cache.
+	// PublicationHostCache feeds the scheduler's host cache and, through
+	// it, the cluster feed.
 	PublicationHostCache = "cuesched_hostcache"
 	// PublicationAccounting feeds the sidecar with cap and ownership changes.
 	PublicationAccounting = "cuesched_accounting"
@@ -100,7 +102,9 @@ type PublicationSpec struct {
 func Publications() []PublicationSpec {
 	return []PublicationSpec{
 		{Name: PublicationAccounting, Tables: sorted("show", "job", "host", "subscription", "folder_resource", "job_resource", "point"), Insert: true, Update: true, Delete: true, Truncate: true},
-		{Name: PublicationHostCache, Tables: sorted("host", "host_stat", "host_tag", "alloc", "subscription", "show", "facility"), Insert: true, Update: true, Delete: true, Truncate: true},
+		// 0003 creates it with the host cache's seven tables; 0006 adds the
+		// folder and job caps the cluster feed follows.
+		{Name: PublicationHostCache, Tables: sorted("host", "host_stat", "host_tag", "alloc", "subscription", "show", "facility", "folder_resource", "job_resource"), Insert: true, Update: true, Delete: true, Truncate: true},
 		{Name: PublicationProc, Tables: []string{"proc"}, Insert: true, Delete: true, Truncate: true},
 	}
 }

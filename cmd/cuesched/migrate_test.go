@@ -71,7 +71,7 @@ func TestMigratePlanUpStatus(t *testing.T) {
 
 	// status before: everything pending, not ready.
 	code, out, _ = runMigrateT(t, map[string]string{"CUESCHED_DATABASE_URL": url}, "status")
-	if code != 1 || !strings.Contains(out, "0 applied, 5 pending") || !strings.Contains(out, "status: NOT ready") ||
+	if code != 1 || !strings.Contains(out, "0 applied, 6 pending") || !strings.Contains(out, "status: NOT ready") ||
 		!strings.Contains(out, "cuesched_proc        missing") || !strings.Contains(out, "proc replica identity: default") {
 		t.Fatalf("status before up: exit %d\n%s", code, out)
 	}
@@ -86,7 +86,7 @@ func TestMigratePlanUpStatus(t *testing.T) {
 			t.Errorf("up output lacks %q:\n%s", "applied "+s.String(), out)
 		}
 	}
-	if !strings.Contains(out, "5 step(s) applied") {
+	if !strings.Contains(out, "6 step(s) applied") {
 		t.Errorf("up output:\n%s", out)
 	}
 
@@ -103,10 +103,10 @@ func TestMigratePlanUpStatus(t *testing.T) {
 	// status after: ready, with the readiness section.
 	code, out, _ = runMigrateT(t, nil, "status", "--database-url", url)
 	for _, want := range []string{
-		"cuebot schema:       yes", "5 applied, 0 pending", "applied  0001_version_table",
+		"cuebot schema:       yes", "6 applied, 0 pending", "applied  0001_version_table",
 		"b_scheduler_managed: yes (0 managed show(s))", "proc replica identity: full",
 		"cuesched_proc        ok: proc [insert, delete, truncate]",
-		"cuesched_hostcache   ok: alloc, facility, host, host_stat, host_tag, show, subscription [insert, update, delete, truncate]",
+		"cuesched_hostcache   ok: alloc, facility, folder_resource, host, host_stat, host_tag, job_resource, show, subscription [insert, update, delete, truncate]",
 		"wal_level            logical", "role can replicate   yes", "status: ready",
 	} {
 		if !strings.Contains(out, want) {
@@ -129,7 +129,7 @@ func TestMigrateBaselineOnEmptyDatabase(t *testing.T) {
 	}
 
 	code, out, errs = runMigrateT(t, nil, "up", "--baseline", "--database-url", url)
-	if code != 0 || !strings.Contains(out, "created the baseline Cuebot schema") || !strings.Contains(out, "5 step(s) applied") {
+	if code != 0 || !strings.Contains(out, "created the baseline Cuebot schema") || !strings.Contains(out, "6 step(s) applied") {
 		t.Fatalf("up --baseline: exit %d %s\n%s", code, errs, out)
 	}
 	// Again: the database is no longer empty, so --baseline is refused.

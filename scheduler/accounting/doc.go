@@ -76,7 +76,12 @@
 // the WAL position read just before its snapshot and the sidecar with each
 // change's commit, so a reseed from a snapshot older than a cap change the
 // sidecar already wrote leaves that cap alone
-// (TestLimitReseedKeepsNewerSidecarCaps). Caps read as Cuebot reads them and convert to
+// (TestLimitReseedKeepsNewerSidecarCaps). ReseedShowLimits is the same copy
+// for a few shows on any instance: the cluster feed runs it when the WAL
+// reports a cap change (a burst raised, a folder or job cap), before it
+// wakes the show's clusters, so a show held at its burst books against the
+// new burst at once whether or not the sidecar has forwarded it yet.
+// Caps read as Cuebot reads them and convert to
 // whole cores rounding down (publisher.JobCapCores, FolderCapCores, ...):
 // only a folder cap of exactly -1 is unlimited; a job cap, or a folder cap
 // of any other value, below one core is 0 and books nothing.

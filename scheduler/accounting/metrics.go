@@ -41,11 +41,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		reseedCycles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scheduler_accounting_reseed_cycles_total",
-			Help: "Reseed cycles by kind (limit, seed, bootstrap) and result (ok, error, skipped).",
+			Help: "Reseed cycles by kind (limit, show_limit: the caps of shows the WAL says changed, seed, bootstrap) and result (ok, error, skipped).",
 		}, []string{"kind", "result"}),
 		reseedDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "scheduler_accounting_reseed_duration_seconds",
-			Help:    "Duration of one reseed by kind: limit, seed (one managed flip), bootstrap.",
+			Help:    "Duration of one reseed by kind: limit, show_limit, seed (one managed flip), bootstrap.",
 			Buckets: loopBuckets,
 		}, []string{"kind"}),
 		drift: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -684,6 +684,70 @@ func (s *Service) recomputeInner(ctx context.Context, only []string, fence func(
 	}
 }
 
+// ReseedShowLimits copies the caps of the given shows (those managed; the
+// others are skipped) from Postgres to Redis now: the limit reseed for a
+// few shows, and on any instance. The cluster feed calls it when the WAL
+// reports a subscription, folder or job cap change, before it wakes the
+// show's clusters, so their next pass books against the new caps whether
+// or not the sidecar has forwarded them yet. The writes are ordered by WAL
+// position (publisher.Limits.LSN) like every cap write, so it never
+// reverts a newer cap; while Redis is not bootstrapped it does nothing
+// (the bootstrap seeds every cap).
+func (s *Service) ReseedShowLimits(ctx context.Context, shows []string) error {
+	start := time.Now()
+	err := func() error {
+		epoch, err := s.pub.Epoch(ctx)
+		if err != nil {
+			return err
+		}
+		if epoch == "" {
+			return errSkipped
+		}
+		managed, err := s.st.managedShows(ctx)
+		if err != nil {
+			return err
+		}
+		want := make(map[string]bool, len(shows))
+		for _, sh := range shows {
+			want[sh] = true
+		}
+		var list []string
+		for _, sh := range managed {
+			if want[sh] {
+				list = append(list, sh)
+			}
+		}
+		if len(list) == 0 {
+			return errSkipped
+		}
+		sn, err := s.st.load(ctx, list, false)
+		if err != nil {
+			return err
+		}
+		all := publisher.Limits{LSN: sn.lsn}
+		for _, sh := range list {
+			l := sn.limits[sh]
+			all.Subs, all.Folders = append(all.Subs, l.Subs...), append(all.Folders, l.Folders...)
+			all.Jobs, all.Points = append(all.Jobs, l.Jobs...), append(all.Points, l.Points...)
+		}
+		_, err = s.pub.WriteLimits(ctx, all, s.cfg.BatchSize)
+		return err
+	}()
+	s.m.reseedDuration.WithLabelValues("show_limit").Observe(time.Since(start).Seconds())
+	switch {
+	case errors.Is(err, errSkipped):
+		s.m.reseedCycles.WithLabelValues("show_limit", "skipped").Inc()
+		return nil
+	case err != nil && ctx.Err() != nil:
+		return err
+	case err != nil:
+		s.m.reseedCycles.WithLabelValues("show_limit", "error").Inc()
+		return fmt.Errorf("limit reseed of %d show(s): %w", len(shows), err)
+	}
+	s.m.reseedCycles.WithLabelValues("show_limit", "ok").Inc()
+	return nil
+}
+
 func (s *Service) limitCycle(ctx context.Context, fence func(context.Context) error) {
 	if err := s.reseedLimits(ctx, fence); err != nil && ctx.Err() == nil {
 		s.log.Warn("limit reseed failed", "error", err)

@@ -32,10 +32,26 @@
 //     interval instead of after the rest of a 30 s empty sleep. The scan is a
 //     superset of the per-cluster job query (no caps, no headroom), so it
 //     never hides a cluster that has bookable work.
-//   - Reload: every cluster_reload_interval the cluster set is rebuilt and
-//     swapped in only when it changed (as a set), keeping the sleep state of
-//     surviving clusters. A show flipped to b_scheduler_managed, a new
-//     subscription or new host tags are thereby picked up without a restart.
+//   - The WAL: the set follows the database through the host cache's
+//     replication stream (Follower, a hostcache.Tap). A show flipped to
+//     b_scheduler_managed or deactivated, a subscription added, removed or
+//     resized, an allocation, a facility, a host tag or a host moved to
+//     another allocation, and a folder or job cap changed reach the feed
+//     (Notify) within milliseconds of their commit. After ChangeDebounce
+//     (150 ms, so a burst of changes costs one reload) the feed rebuilds
+//     the set if it may have changed, swapping it in only when it changed
+//     as a set and keeping the sleep state of surviving clusters; copies
+//     the changed caps to the accounting store (CapsChanged); runs the
+//     awake scan; and ends the sleeps of the clusters of every show
+//     concerned (a pass of theirs in flight goes round again rather than
+//     sleep on what it saw before the change).
+//   - Safety reload: every cluster_reload_interval the set is rebuilt
+//     whatever the WAL said. What it finds added or removed while no WAL
+//     change is waiting to be acted on is drift, something the WAL path
+//     missed: it is counted (scheduler_cluster_set_drift_total{change})
+//     and logged. Drift is expected only from a change committed within
+//     moments of the safety reload (the WAL reports it a little later) or
+//     from rows the follower cannot judge (see Follower).
 //
 // Unlike the reference, a cluster is never handed to two workers at once:
 // Next marks it in flight until Done returns it. With a short awake list and

@@ -2,6 +2,9 @@ package clusters
 
 import (
 	"context"
+	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,9 +15,20 @@ import (
 // FeedOptions configures a Feed.
 type FeedOptions struct {
 	Load LoadOptions
-	// ReloadInterval rebuilds the cluster set (reference: 120 s); zero
-	// disables reloading.
+	// ReloadInterval is the safety reload: it rebuilds the cluster set
+	// whatever the WAL said (reference: 120 s) and counts what it finds
+	// that the WAL path missed as drift; zero disables it.
 	ReloadInterval time.Duration
+	// ChangeDebounce gathers the changes reported by Notify (the WAL) for
+	// this long before acting on them: a burst of changes costs one reload
+	// (default 150ms).
+	ChangeDebounce time.Duration
+	// CapsChanged, if set, runs before the clusters of shows whose caps
+	// changed (per Notify) are woken, with those shows, so the woken passes
+	// book against the new caps (the scheduler copies them to the
+	// accounting store there). An error is logged; the clusters are woken
+	// anyway.
+	CapsChanged func(ctx context.Context, shows []string) error
 	// ScanInterval runs the awake scan (reference: 2 s); zero disables the
 	// gate, so every cluster is always awake.
 	ScanInterval time.Duration
@@ -48,6 +62,63 @@ type Feed struct {
 	inflight map[string]struct{}
 	allocs   map[string]struct{} // allocations with a cluster in flight (OnePerAlloc)
 	changed  chan struct{}       // closed and replaced on every state change
+	// rewoken are clusters in flight when a WAL change woke their show:
+	// the sleep their pass ends with is dropped.
+	rewoken map[string]struct{}
+	// pending gathers Notify's changes until the Run loop flushes them;
+	// flushing is set while it does.
+	pending  pendingChange
+	flushing bool
+	notify   chan struct{} // signalled (buffer 1) by Notify
+}
+
+// pendingChange is the union of the Changes not flushed yet.
+type pendingChange struct {
+	reload                         bool
+	shows, capShows, folders, jobs map[string]struct{}
+}
+
+func (p *pendingChange) empty() bool {
+	return !p.reload && len(p.shows)+len(p.capShows)+len(p.folders)+len(p.jobs) == 0
+}
+
+func addAll(m *map[string]struct{}, ids ...string) {
+	for _, id := range ids {
+		if id == "" {
+			continue
+		}
+		if *m == nil {
+			*m = map[string]struct{}{}
+		}
+		(*m)[id] = struct{}{}
+	}
+}
+
+func (p *pendingChange) add(c Change) {
+	p.reload = p.reload || c.Reload
+	addAll(&p.shows, c.Shows...)
+	addAll(&p.capShows, c.CapShows...)
+	addAll(&p.folders, c.Folders...)
+	addAll(&p.jobs, c.Jobs...)
+}
+
+func (p *pendingChange) merge(o pendingChange) {
+	p.reload = p.reload || o.reload
+	for _, pair := range []struct{ dst, src *map[string]struct{} }{
+		{&p.shows, &o.shows}, {&p.capShows, &o.capShows}, {&p.folders, &o.folders}, {&p.jobs, &o.jobs}} {
+		for id := range *pair.src {
+			addAll(pair.dst, id)
+		}
+	}
+}
+
+func keys(m map[string]struct{}) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // nap is a sleeping cluster: until when, and what may end it early.
@@ -72,6 +143,8 @@ type feedMetrics struct {
 	scans    *prometheus.CounterVec
 	scanDur  prometheus.Histogram
 	reloads  *prometheus.CounterVec
+	drift    *prometheus.CounterVec
+	walWoken prometheus.Counter
 }
 
 func newFeedMetrics(reg prometheus.Registerer) *feedMetrics {
@@ -103,11 +176,19 @@ func newFeedMetrics(reg prometheus.Registerer) *feedMetrics {
 		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scheduler_cluster_reloads_total",
-			Help: "Cluster-set reloads, by result (unchanged, swapped or error).",
-		}, []string{"result"}),
+			Help: "Cluster-set reloads, by trigger (wal: changes the WAL reported; safety: queue.cluster_reload_interval) and result (unchanged, swapped or error).",
+		}, []string{"trigger", "result"}),
+		drift: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scheduler_cluster_set_drift_total",
+			Help: "Clusters a safety reload found added, removed or changed (its tags) that the WAL path had missed, by change.",
+		}, []string{"change"}),
+		walWoken: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scheduler_clusters_wal_woken_total",
+			Help: "Sleeping clusters handed out before their sleep ended because the WAL changed their show (flags, subscriptions, caps).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.total, m.active, m.sleeping, m.woken, m.scans, m.scanDur, m.reloads)
+		reg.MustRegister(m.total, m.active, m.sleeping, m.woken, m.scans, m.scanDur, m.reloads, m.drift, m.walWoken)
 	}
 	return m
 }
@@ -150,6 +231,9 @@ func newFeed(db DB, o FeedOptions) *Feed {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
+	if o.ChangeDebounce <= 0 {
+		o.ChangeDebounce = 150 * time.Millisecond
+	}
 	return &Feed{
 		db:       db,
 		opts:     o,
@@ -159,6 +243,8 @@ func newFeed(db DB, o FeedOptions) *Feed {
 		inflight: map[string]struct{}{},
 		allocs:   map[string]struct{}{},
 		changed:  make(chan struct{}),
+		rewoken:  map[string]struct{}{},
+		notify:   make(chan struct{}, 1),
 	}
 }
 
@@ -286,6 +372,12 @@ func (f *Feed) DoneWatch(c *Cluster, sleep time.Duration, wake Watch) {
 	if a := c.AllocID(); a != "" {
 		delete(f.allocs, a)
 	}
+	if _, ok := f.rewoken[c.key]; ok {
+		// The WAL changed the show while this pass ran (possibly after
+		// its queries): look again rather than sleep on a stale answer.
+		delete(f.rewoken, c.key)
+		sleep = 0
+	}
 	if sleep > 0 {
 		f.sleeping[c.key] = nap{until: time.Now().Add(sleep), wake: wake}
 	}
@@ -325,20 +417,41 @@ func (f *Feed) Active() []*Cluster {
 	return append([]*Cluster(nil), f.active...)
 }
 
-// Reload re-reads the cluster set and swaps it in if it changed as a set,
-// keeping the sleep state of surviving clusters. It reports whether it
-// swapped.
+// Reload triggers.
+const (
+	triggerWAL    = "wal"
+	triggerSafety = "safety"
+)
+
+// Reload is the safety reload: it re-reads the cluster set and swaps it in
+// if it changed as a set, keeping the sleep state of surviving clusters,
+// and reports whether it swapped. What it finds changed while no change
+// reported by Notify is waiting to be flushed is drift: the WAL path
+// missed it (scheduler_cluster_set_drift_total, and a warning).
 func (f *Feed) Reload(ctx context.Context) (bool, error) {
+	return f.reload(ctx, triggerSafety)
+}
+
+func (f *Feed) reload(ctx context.Context, trigger string) (bool, error) {
 	cs, err := Load(ctx, f.db, f.opts.Load)
 	if err != nil {
-		f.m.reloads.WithLabelValues("error").Inc()
+		f.m.reloads.WithLabelValues(trigger, "error").Inc()
 		return false, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if sameSet(f.universe, cs) {
-		f.m.reloads.WithLabelValues("unchanged").Inc()
+		f.m.reloads.WithLabelValues(trigger, "unchanged").Inc()
 		return false, nil
+	}
+	added, removed := diffSets(f.universe, cs)
+	if trigger == triggerSafety && f.pending.empty() && !f.flushing {
+		d := classify(added, removed)
+		f.m.drift.WithLabelValues("added").Add(float64(d.added))
+		f.m.drift.WithLabelValues("removed").Add(float64(d.removed))
+		f.m.drift.WithLabelValues("changed").Add(float64(d.changed))
+		f.log.Warn("cluster set drift: the safety reload found changes the WAL did not report",
+			"added", d.added, "removed", d.removed, "changed", d.changed, "examples", examples(added, removed))
 	}
 	keep := make(map[string]struct{}, len(cs))
 	for _, c := range cs {
@@ -349,14 +462,204 @@ func (f *Feed) Reload(ctx context.Context) (bool, error) {
 			delete(f.sleeping, k)
 		}
 	}
-	f.log.Info("cluster set changed", "before", len(f.universe), "after", len(cs))
+	f.log.Info("cluster set changed", "trigger", trigger, "before", len(f.universe), "after", len(cs),
+		"added", len(added), "removed", len(removed))
 	f.universe = cs
 	f.active = f.gate(cs)
 	f.next = 0
-	f.m.reloads.WithLabelValues("swapped").Inc()
+	f.m.reloads.WithLabelValues(trigger, "swapped").Inc()
 	f.publish()
 	f.broadcast()
 	return true, nil
+}
+
+// diffSets lists the clusters of b not in a (added) and of a not in b
+// (removed); both are sorted by key.
+func diffSets(a, b []*Cluster) (added, removed []*Cluster) {
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || (i < len(a) && a[i].key < b[j].key):
+			removed = append(removed, a[i])
+			i++
+		case i == len(a) || b[j].key < a[i].key:
+			added = append(added, b[j])
+			j++
+		default:
+			i++
+			j++
+		}
+	}
+	return added, removed
+}
+
+// setDiff counts a reload's differences: a cluster removed and one added
+// for the same (facility, show, tag type) are one changed cluster (its
+// tags changed: a host tag added to a chunk, an allocation's tag renamed).
+type setDiff struct{ added, removed, changed int }
+
+func classify(added, removed []*Cluster) setDiff {
+	type group struct {
+		facility, show string
+		typ            TagType
+	}
+	n := map[group]int{}
+	for _, c := range added {
+		n[group{c.FacilityID, c.ShowID, c.Type()}]++
+	}
+	var d setDiff
+	for _, c := range removed {
+		g := group{c.FacilityID, c.ShowID, c.Type()}
+		if n[g] > 0 {
+			n[g]--
+			d.changed++
+		} else {
+			d.removed++
+		}
+	}
+	d.added = len(added) - d.changed
+	return d
+}
+
+// examples names a few drifted clusters for the log.
+func examples(added, removed []*Cluster) string {
+	var out []string
+	for _, c := range added {
+		if len(out) == 3 {
+			break
+		}
+		out = append(out, "+"+c.key)
+	}
+	for _, c := range removed {
+		if len(out) == 6 {
+			break
+		}
+		out = append(out, "-"+c.key)
+	}
+	return strings.Join(out, " ")
+}
+
+// Notify reports what the WAL changed (the Follower calls it). The Run
+// loop acts on the changes gathered over FeedOptions.ChangeDebounce: it
+// reloads the set if one asked for it, copies the changed caps
+// (CapsChanged), runs the awake scan and ends the sleeps of the clusters
+// of the shows concerned, including a pass in flight (it goes round again
+// instead of sleeping). Notify does not block.
+func (f *Feed) Notify(c Change) {
+	if c.empty() {
+		return
+	}
+	f.mu.Lock()
+	f.pending.add(c)
+	f.mu.Unlock()
+	select {
+	case f.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Flush acts at once on the changes Notify gathered (Run does it after
+// the debounce; tests call it directly).
+func (f *Feed) Flush(ctx context.Context) error {
+	f.mu.Lock()
+	p := f.pending
+	f.pending = pendingChange{}
+	f.flushing = true
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.flushing = false
+		f.mu.Unlock()
+	}()
+	if p.empty() {
+		return nil
+	}
+	requeue := func(q pendingChange) {
+		f.mu.Lock()
+		f.pending.merge(q)
+		f.mu.Unlock()
+	}
+	if p.reload && f.db != nil {
+		if _, err := f.reload(ctx, triggerWAL); err != nil {
+			requeue(p)
+			return fmt.Errorf("cluster reload: %w", err)
+		}
+	}
+	shows, capShows := p.shows, p.capShows
+	var ferr error
+	if len(p.folders)+len(p.jobs) > 0 && f.db != nil {
+		more, err := showsOf(ctx, f.db, keys(p.folders), keys(p.jobs))
+		if err != nil {
+			requeue(pendingChange{folders: p.folders, jobs: p.jobs})
+			ferr = fmt.Errorf("shows of changed folder and job caps: %w", err)
+		}
+		addAll(&shows, more...)
+		addAll(&capShows, more...)
+	}
+	if len(capShows) > 0 && f.opts.CapsChanged != nil {
+		if err := f.opts.CapsChanged(ctx, keys(capShows)); err != nil && ctx.Err() == nil {
+			f.log.Warn("copying changed caps to the accounting store failed; waking the clusters anyway (the sidecar and the limit reseed copy them too)",
+				"shows", len(capShows), "error", err)
+		}
+	}
+	if f.db != nil && f.opts.ScanInterval > 0 {
+		// New clusters, or a burst raised from 0, must not wait for the
+		// next scan to be let through.
+		if err := f.Scan(ctx); err != nil && ctx.Err() == nil {
+			f.log.Warn("awake scan after a WAL change failed", "error", err)
+		}
+	}
+	f.wakeShows(shows)
+	return ferr
+}
+
+// wakeShows ends the sleeps of the clusters of shows; their clusters in
+// flight will not sleep after their pass either.
+func (f *Feed) wakeShows(shows map[string]struct{}) {
+	if len(shows) == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.universe {
+		if _, ok := shows[c.ShowID]; !ok {
+			continue
+		}
+		if _, ok := f.sleeping[c.key]; ok {
+			delete(f.sleeping, c.key)
+			n++
+		}
+		if _, ok := f.inflight[c.key]; ok {
+			f.rewoken[c.key] = struct{}{}
+		}
+	}
+	f.m.walWoken.Add(float64(n))
+	f.publish()
+	f.broadcast()
+}
+
+// showsOfSQL maps changed folders and jobs to their shows.
+const showsOfSQL = `
+SELECT pk_show FROM folder WHERE pk_folder = ANY($1::text[])
+UNION
+SELECT pk_show FROM job WHERE pk_job = ANY($2::text[])`
+
+func showsOf(ctx context.Context, db DB, folders, jobs []string) ([]string, error) {
+	rows, err := db.Query(ctx, showsOfSQL, folders, jobs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
 }
 
 // gate filters cs by the last awake scan. Call with mu held.
@@ -413,7 +716,11 @@ func (f *Feed) Scan(ctx context.Context) error {
 	return nil
 }
 
-// Run keeps the cluster set and the awake gate fresh until ctx ends.
+// Run keeps the cluster set and the awake gate fresh until ctx ends: it
+// acts on the changes Notify reports (after FeedOptions.ChangeDebounce;
+// a failed flush is retried after a second or the debounce, whichever is
+// longer), runs the safety reload every ReloadInterval and the awake scan
+// every ScanInterval.
 func (f *Feed) Run(ctx context.Context) error {
 	var reload, scan <-chan time.Time
 	if f.db != nil && f.opts.ReloadInterval > 0 {
@@ -426,10 +733,43 @@ func (f *Feed) Run(ctx context.Context) error {
 		defer t.Stop()
 		scan = t.C
 	}
+	var debounce *time.Timer
+	var fire <-chan time.Time
+	// A flush waits the debounce, and at least four times as long as the
+	// last one took after its end, so a storm of changes on a big farm
+	// cannot keep the database busy reloading more than a fifth of the
+	// time.
+	var lastEnd time.Time
+	var lastDur time.Duration
+	arm := func(d time.Duration) {
+		if debounce != nil {
+			debounce.Stop()
+		}
+		debounce = time.NewTimer(d)
+		fire = debounce.C
+	}
+	defer func() {
+		if debounce != nil {
+			debounce.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-f.notify:
+			if fire == nil {
+				arm(max(f.opts.ChangeDebounce, time.Until(lastEnd.Add(4*lastDur))))
+			}
+		case <-fire:
+			fire = nil
+			start := time.Now()
+			err := f.Flush(ctx)
+			lastEnd, lastDur = time.Now(), time.Since(start)
+			if err != nil && ctx.Err() == nil {
+				f.log.Warn("acting on cluster changes from the WAL failed; retrying", "error", err)
+				arm(max(time.Second, f.opts.ChangeDebounce))
+			}
 		case <-reload:
 			if _, err := f.Reload(ctx); err != nil && ctx.Err() == nil {
 				f.log.Warn("cluster reload failed; keeping the current set", "error", err)

@@ -79,6 +79,19 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Now is the clock (tests); defaults to time.Now.
 	Now func() time.Time
+	// Tap, if set, also sees the stream the cache consumes (the cluster
+	// feed follows the cluster-relevant tables through it).
+	Tap Tap
+}
+
+// Tap observes the cache's replication stream. TapSnapshot runs inside
+// every snapshot transaction, after the cache read its own rows (an error
+// fails the snapshot, which is retried); TapApply gets every committed
+// transaction the cache applied, after it applied it, outside the cache's
+// mutex. Both run on the stream's goroutine: keep them quick.
+type Tap interface {
+	TapSnapshot(ctx context.Context, q replication.SnapshotQuerier) error
+	TapApply(txn *replication.Transaction)
 }
 
 // Host is a snapshot of one cached host as the scheduler sees it. Cores are
@@ -191,6 +204,7 @@ type Cache struct {
 	now  func() time.Time
 	m    *metrics
 	repl *replication.Metrics
+	tap  Tap
 
 	mu          sync.Mutex
 	st          *state
@@ -278,7 +292,7 @@ func New(cfg Config, opts Options) (*Cache, error) {
 		opts.Now = time.Now
 	}
 	c := &Cache{
-		cfg: cfg, log: opts.Logger.Named("hostcache"), now: opts.Now,
+		cfg: cfg, log: opts.Logger.Named("hostcache"), now: opts.Now, tap: opts.Tap,
 		st: newState(), groups: map[ClusterKey]*group{}, leases: map[string]*lease{},
 		freeList: btree.NewFreeListG[memItem](1024), changed: make(chan struct{}), ready: make(chan struct{}),
 		capChanged: make(chan struct{}), layerHosts: map[string][]*hostRec{},
@@ -378,6 +392,11 @@ func (c *Cache) Snapshot(ctx context.Context, q replication.SnapshotQuerier) err
 		h.lsn = q.ConsistentPoint()
 		h.version = 1
 	}
+	if c.tap != nil {
+		if err := c.tap.TapSnapshot(ctx, q); err != nil {
+			return fmt.Errorf("hostcache: tap snapshot: %w", err)
+		}
+	}
 	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -422,7 +441,14 @@ func (c *Cache) Snapshot(ctx context.Context, q replication.SnapshotQuerier) err
 // table asks the stream for a new snapshot instead. Changes of other
 // relations (tables the cache does not mirror, or same-named tables in
 // another schema) are ignored.
-func (c *Cache) Apply(ctx context.Context, txn *replication.Transaction) error {
+func (c *Cache) Apply(ctx context.Context, txn *replication.Transaction) (err error) {
+	if c.tap != nil {
+		defer func() { // after the unlock below
+			if err == nil {
+				c.tap.TapApply(txn)
+			}
+		}()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range txn.Changes {

@@ -23,6 +23,13 @@
 // the publication also carries (shadow.host) is ignored, TRUNCATE included,
 // like any other table the cache does not mirror (logged once per relation).
 //
+// The publication also carries folder_resource and job_resource (rollout
+// 0006), which the cache does not mirror: with Options.Tap, whatever the
+// stream carries is shown to a tap too (the snapshot, then every applied
+// transaction), which is how the cluster feed follows shows,
+// subscriptions, allocations, host tags and caps without a stream of its
+// own.
+//
 // The mirror keeps the columns the reference host query reads. A host is
 // bookable in group (facility F, show S, tag T), exactly like that query's
 // joins and WHERE clause, when: its lock state is OPEN; it has a host_stat

@@ -10,6 +10,9 @@
 //	an allocation cluster at its burst      -> cluster_saturated_sleep (its
 //	                                           headroom returns as frames end,
 //	                                           seen only in Redis)
+//	the show is not seeded yet (a managed   -> NotSeededSleep (250 ms): the
+//	  flip waiting for the loop leader)        leader's seed is seen in Redis
+//	                                           only, so look again soon
 //	frames booked                           -> no sleep: go round again
 //
 // The saturated sleep is an upper bound. With a Capacity (the host cache),
@@ -31,8 +34,12 @@
 // finish their batches rather than being cancelled mid-booking.
 //
 // NewScheduler assembles one instance from the configuration: the cluster
-// feed (facility scoping, ignore_tags, reload, awake gate), the
-// replication-fed host cache (scheduler/hostcache), the Redis publisher and
+// feed (facility scoping, ignore_tags, awake gate; it follows the WAL
+// through the host cache's stream, clusters.Follower being the cache's
+// Tap, with the periodic reload as a backstop, and copies caps the WAL
+// says changed to Redis through the accounting service before it wakes
+// their shows), the replication-fed host cache (scheduler/hostcache), the
+// Redis publisher and
 // the accounting service (bootstrap, booking gate, leader-elected recompute
 // and reseed loops), the dispatcher with its RQD client pool, and the
 // matcher. It detects which optional Cuebot columns the database has
@@ -91,6 +98,10 @@ type Config struct {
 	AgeRelief      time.Duration
 	EmptySleep     time.Duration // 30 s
 	SaturatedSleep time.Duration // 5 s
+	// NotSeededSleep paces a show whose accounting is not seeded yet (a
+	// flip to managed; 250 ms, at most SaturatedSleep): it is booked
+	// within about this long of the leader's seed.
+	NotSeededSleep time.Duration
 	// Lottery draws each pass's jobs weighted by effective priority
 	// (queue.job_order: lottery) instead of strict priority order.
 	Lottery bool
@@ -152,6 +163,10 @@ func New(db jobs.DB, feed *clusters.Feed, worker Worker, cfg Config, o Options) 
 	if cfg.SaturatedSleep <= 0 {
 		cfg.SaturatedSleep = 5 * time.Second
 	}
+	if cfg.NotSeededSleep <= 0 {
+		cfg.NotSeededSleep = 250 * time.Millisecond
+	}
+	cfg.NotSeededSleep = min(cfg.NotSeededSleep, cfg.SaturatedSleep)
 	log := o.Logger
 	if log == nil {
 		log = hclog.NewNullLogger()
@@ -269,6 +284,7 @@ const (
 	Capped     Reason = "capped"
 	QueryError Reason = "query_error"
 	AllocFull  Reason = "alloc_full"
+	NotSeeded  Reason = "not_seeded"
 	Cancelled  Reason = "cancelled"
 )
 
@@ -332,6 +348,7 @@ func (p *Pipeline) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 		total     int
 		stop      bool
 		allocFull bool
+		notSeeded bool
 		wg        sync.WaitGroup
 		sem       = make(chan struct{}, p.cfg.JobBuffer)
 	)
@@ -388,6 +405,7 @@ func (p *Pipeline) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 			if out.StopShow || out.AllocFull {
 				stop = true
 				allocFull = allocFull || out.AllocFull
+				notSeeded = notSeeded || out.StopShow
 			}
 		}()
 	}
@@ -410,6 +428,11 @@ func (p *Pipeline) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	switch {
 	case ctx.Err() != nil:
 		res.Reason = Cancelled
+	case notSeeded && total == 0:
+		// The loop leader seeds the show (a flip to managed) and nothing
+		// but Redis tells: look again shortly rather than sleep through
+		// the seed.
+		res.Reason, res.Sleep = NotSeeded, p.cfg.NotSeededSleep
 	case allocFull:
 		// Its headroom comes back as the show's frames end, which only
 		// Redis sees (no WAL event wakes the cluster): the short sleep.

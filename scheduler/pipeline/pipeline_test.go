@@ -99,7 +99,9 @@ func (w *world) scheduler(t *testing.T, cfg config.Config, d pipeline.Deps, real
 	if d.Hosts == nil && len(realCache) == 0 {
 		d.Hosts = farmtest.NewDBHosts(w.pool)
 	}
-	d.Registerer = prometheus.NewRegistry()
+	if d.Registerer == nil {
+		d.Registerer = prometheus.NewRegistry()
+	}
 	s, err := pipeline.NewScheduler(context.Background(), cfg, d)
 	if err != nil {
 		t.Fatal(err)

@@ -148,6 +148,14 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 			ManualChunkSize: q.ManualTagsChunkSize, HostnameChunkSize: q.HostnameTagsChunkSize},
 		ReloadInterval: q.ClusterReloadInterval.D(), ScanInterval: q.ActiveScanInterval.D(),
 		Logger: log, Registerer: d.Registerer,
+		// A cap the WAL says changed is copied to Redis before the show's
+		// clusters are woken (s.Accounting is set below, before Run).
+		CapsChanged: func(ctx context.Context, shows []string) error {
+			if s.Accounting == nil {
+				return nil
+			}
+			return s.Accounting.ReseedShowLimits(ctx, shows)
+		},
 	}
 	var board *tiers.Board
 	if q.ShowTiers {
@@ -219,7 +227,11 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 	if hosts == nil {
 		hc := hostcache.ConfigFrom(cfg)
 		hc.ConnString = s.pool.Config().ConnString()
-		s.HostCache, err = hostcache.New(hc, hostcache.Options{Logger: log, Registerer: d.Registerer})
+		// The cluster feed follows the host cache's stream: shows,
+		// subscriptions, allocations, host tags and caps reach it from the
+		// WAL (the safety reload stays as a backstop).
+		s.HostCache, err = hostcache.New(hc, hostcache.Options{Logger: log, Registerer: d.Registerer,
+			Tap: clusters.NewFollower(s.Feed, log)})
 		if err != nil {
 			return nil, err
 		}
