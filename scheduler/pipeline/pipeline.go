@@ -364,7 +364,10 @@ func (p *Pipeline) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	// few slots of a saturated farm are split by priority, not all handed
 	// to the one job drawn first.
 	var budgets []int
-	share, planned := LotteryFramesPerJob, 0
+	// A cluster's first pass assumes room (a cold farm fills at full
+	// speed); the first pass that cannot spend half its budgets drops it
+	// to the tight-farm share.
+	share, planned := MaxLotteryFramesPerJob, 0
 	if p.cfg.Lottery {
 		if v, ok := p.shares.Load(c.Key()); ok {
 			share = v.(int)
