@@ -72,20 +72,25 @@ func (w *World) fillNow(ctx context.Context) float64 {
 
 // succeededBy counts SUCCEEDED frames per job name.
 func (w *World) succeededBy(ctx context.Context) (map[string]int, error) {
-	rows, err := w.Pool.Query(ctx, `SELECT j.str_name, count(f.pk_frame) FILTER (WHERE f.str_state = 'SUCCEEDED')
+	return queryMap[int](ctx, w, `SELECT j.str_name, count(f.pk_frame) FILTER (WHERE f.str_state = 'SUCCEEDED')
 		FROM job j LEFT JOIN frame f ON f.pk_job = j.pk_job GROUP BY j.str_name`)
+}
+
+// queryMap runs a query of (name, value) rows into a map (empty on error).
+func queryMap[V any](ctx context.Context, w *World, sql string, args ...any) (map[string]V, error) {
+	out := map[string]V{}
+	rows, err := w.Pool.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, err
+		return out, err
 	}
 	defer rows.Close()
-	out := map[string]int{}
 	for rows.Next() {
-		var n string
-		var c int
-		if err := rows.Scan(&n, &c); err != nil {
-			return nil, err
+		var k string
+		var v V
+		if err := rows.Scan(&k, &v); err != nil {
+			return out, err
 		}
-		out[n] = c
+		out[k] = v
 	}
 	return out, rows.Err()
 }

@@ -149,20 +149,8 @@ func runStarving(ctx context.Context, w *World) error {
 
 // showCores samples the cores each show uses.
 func (w *World) showCores(ctx context.Context) map[string]float64 {
-	rows, err := w.Pool.Query(ctx, `SELECT s.str_name, COALESCE(sum(p.int_cores_reserved),0)::float8 / 100
+	out, _ := queryMap[float64](ctx, w, `SELECT s.str_name, COALESCE(sum(p.int_cores_reserved),0)::float8 / 100
 		FROM show s LEFT JOIN proc p ON p.pk_show = s.pk_show GROUP BY s.str_name`)
-	if err != nil {
-		return nil
-	}
-	defer rows.Close()
-	out := map[string]float64{}
-	for rows.Next() {
-		var n string
-		var c float64
-		if rows.Scan(&n, &c) == nil {
-			out[n] = c
-		}
-	}
 	return out
 }
 
@@ -267,19 +255,7 @@ func runShowTier(ctx context.Context, w *World) error {
 
 // runningBy samples running frames per job name.
 func (w *World) runningBy(ctx context.Context) map[string]float64 {
-	rows, err := w.Pool.Query(ctx, `SELECT j.str_name, count(p.pk_proc)::float8 FROM job j LEFT JOIN proc p ON p.pk_job = j.pk_job GROUP BY j.str_name`)
-	if err != nil {
-		return nil
-	}
-	defer rows.Close()
-	out := map[string]float64{}
-	for rows.Next() {
-		var n string
-		var c float64
-		if rows.Scan(&n, &c) == nil {
-			out[n] = c
-		}
-	}
+	out, _ := queryMap[float64](ctx, w, `SELECT j.str_name, count(p.pk_proc)::float8 FROM job j LEFT JOIN proc p ON p.pk_job = j.pk_job GROUP BY j.str_name`)
 	return out
 }
 
@@ -980,19 +956,7 @@ func runRetries(ctx context.Context, w *World) error {
 		return err
 	}
 	states := func(l string) map[string]int64 {
-		out := map[string]int64{}
-		rows, err := w.Pool.Query(ctx, `SELECT str_state, count(*) FROM frame WHERE pk_layer = $1 GROUP BY 1`, layer[l])
-		if err != nil {
-			return out
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var s string
-			var n int64
-			if rows.Scan(&s, &n) == nil {
-				out[s] = n
-			}
-		}
+		out, _ := queryMap[int64](ctx, w, `SELECT str_state, count(*) FROM frame WHERE pk_layer = $1 GROUP BY 1`, layer[l])
 		return out
 	}
 	settled := w.WaitFor(ctx, 90*time.Second, func() bool {
