@@ -349,36 +349,8 @@ func TestFakeRQDCompletesThroughCuebotTables(t *testing.T) {
 func TestFakeRQDWithRealScheduler(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := migrationstest.Database(t)
-	pool, err := pgxpool.New(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s := &farmtest.Seeder{DB: pool}
-	fac, err := s.Facility(ctx, "rh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	show, err := s.Show(ctx, "rehearse", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	alloc, err := s.Alloc(ctx, fac, "rh.general", "general")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Subscribe(ctx, show, alloc, 10, 10); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Host(ctx, farmtest.HostSpec{Name: "rhhost", Alloc: alloc, AllocTag: "general", Cores: 4}); err != nil {
-		t.Fatal(err)
-	}
 	const frames = 6
-	if _, err := s.Job(ctx, farmtest.JobSpec{Name: "rhjob", Show: show, Facility: fac,
-		Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: frames, NotThreadable: true}}}); err != nil {
-		t.Fatal(err)
-	}
+	db, pool := oneHostFarm(t, "rh", "rehearse", "rhhost", "rhjob", frames)
 
 	fake := startFakeRQD(t, map[string]string{"CUESCHED_DATABASE_URL": db},
 		"--listen", "127.0.0.1:0", "--complete", "--run-time", "0s..100ms", "--hosts", "rhhost")

@@ -74,35 +74,7 @@ func TestSchedulerCLIUnknownFacility(t *testing.T) {
 func TestSchedulerCLIDryRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := migrationstest.Database(t)
-	pool, err := pgxpool.New(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s := &farmtest.Seeder{DB: pool}
-	fac, err := s.Facility(ctx, "spi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	show, err := s.Show(ctx, "cli", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	alloc, err := s.Alloc(ctx, fac, "spi.general", "general")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Subscribe(ctx, show, alloc, 10, 10); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Host(ctx, farmtest.HostSpec{Name: "clihost", Alloc: alloc, AllocTag: "general", Cores: 4}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Job(ctx, farmtest.JobSpec{Name: "clijob", Show: show, Facility: fac,
-		Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 3, NotThreadable: true}}}); err != nil {
-		t.Fatal(err)
-	}
+	db, pool := oneHostFarm(t, "spi", "cli", "clihost", "clijob", 3)
 	path := filepath.Join(t.TempDir(), "cfg.yaml")
 	cfg := "metrics:\n  listen: \"127.0.0.1:0\"\nqueue:\n  active_scan_interval: 50ms\naccounting:\n  leader_poll_interval: 50ms\n"
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
@@ -137,4 +109,42 @@ func TestSchedulerCLIDryRun(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Fatalf("exit code %d; stderr:\n%s", code, errb.String())
 	}
+}
+
+// oneHostFarm seeds a database with one managed show subscribed (10 cores)
+// to one allocation of facility fac, one 4-core host and one job of frames
+// one-core frames; it returns the database URL and a pool on it.
+func oneHostFarm(t *testing.T, fac, show, host, job string, frames int) (string, *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	db := migrationstest.Database(t)
+	pool, err := pgxpool.New(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := &farmtest.Seeder{DB: pool}
+	facID, err := s.Facility(ctx, fac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := s.Show(ctx, show, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc, err := s.Alloc(ctx, facID, fac+".general", "general")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Subscribe(ctx, sh, alloc, 10, 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Host(ctx, farmtest.HostSpec{Name: host, Alloc: alloc, AllocTag: "general", Cores: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Job(ctx, farmtest.JobSpec{Name: job, Show: sh, Facility: facID,
+		Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: frames, NotThreadable: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	return db, pool
 }
