@@ -201,15 +201,15 @@ func (w *Follower) apply(ch *replication.Change, ev *Change) error {
 	if old != id {
 		w.forget(table, old, ev) // the key changed: the old row is gone
 	}
-	r := reader{row: ch.New}
+	r := replication.Reader{Row: ch.New, Table: table}
 	switch table {
 	case "show":
 		prev, known := w.shows[id]
 		cur := prev
-		r.boolean("b_active", &cur.active)
-		r.boolean("b_scheduler_managed", &cur.managed)
-		if r.err != nil {
-			return r.err
+		r.Bool("b_active", &cur.active)
+		r.Bool("b_scheduler_managed", &cur.managed)
+		if r.Err != nil {
+			return r.Err
 		}
 		w.shows[id] = cur
 		if !known || cur != prev {
@@ -219,12 +219,12 @@ func (w *Follower) apply(ch *replication.Change, ev *Change) error {
 	case "subscription":
 		prev, known := w.subs[id]
 		cur := prev
-		r.str("pk_show", &cur.show)
-		r.str("pk_alloc", &cur.alloc)
-		r.i64("int_size", &cur.size)
-		r.i64("int_burst", &cur.burst)
-		if r.err != nil {
-			return r.err
+		r.Str("pk_show", &cur.show)
+		r.Str("pk_alloc", &cur.alloc)
+		r.Int64("int_size", &cur.size)
+		r.Int64("int_burst", &cur.burst)
+		if r.Err != nil {
+			return r.Err
 		}
 		w.subs[id] = cur
 		if known && cur == prev {
@@ -243,9 +243,9 @@ func (w *Follower) apply(ch *replication.Change, ev *Change) error {
 	case "host":
 		prev, known := w.hosts[id]
 		cur := prev
-		r.str("pk_alloc", &cur)
-		if r.err != nil {
-			return r.err
+		r.Str("pk_alloc", &cur)
+		if r.Err != nil {
+			return r.Err
 		}
 		cur = w.intern(cur)
 		w.hosts[id] = cur
@@ -259,12 +259,12 @@ func (w *Follower) apply(ch *replication.Change, ev *Change) error {
 		}
 		prev, known := m[id]
 		cur := prev
-		r.i64("int_max_cores", &cur.cores)
-		r.i64("int_max_gpus", &cur.gpus)
+		r.Int64("int_max_cores", &cur.cores)
+		r.Int64("int_max_gpus", &cur.gpus)
 		var ownerID string
-		r.str(owner, &ownerID)
-		if r.err != nil {
-			return r.err
+		r.Str(owner, &ownerID)
+		if r.Err != nil {
+			return r.Err
 		}
 		m[id] = cur
 		if known && cur != prev && ownerID != "" {
@@ -348,77 +348,4 @@ func text(r replication.Row, col string) (string, error) {
 		return v.String(), nil
 	}
 	return "", fmt.Errorf("column %s: %w: %T", col, replication.ErrType, d.Value)
-}
-
-// reader reads columns of a new row, leaving a field alone when its value
-// was not sent (an unchanged TOAST value) and keeping the first error.
-type reader struct {
-	row replication.Row
-	err error
-}
-
-func (r *reader) datum(col string) (replication.Datum, bool) {
-	d, ok := r.row.Get(col)
-	if !ok {
-		if r.err == nil {
-			r.err = fmt.Errorf("column %s: %w", col, replication.ErrNoColumn)
-		}
-		return d, false
-	}
-	return d, d.State != replication.Unchanged
-}
-
-func (r *reader) fail(col string, v any) {
-	if r.err == nil {
-		r.err = fmt.Errorf("column %s: %w: %T", col, replication.ErrType, v)
-	}
-}
-
-func (r *reader) str(col string, dst *string) {
-	d, ok := r.datum(col)
-	if !ok {
-		return
-	}
-	switch v := d.Value.(type) {
-	case nil:
-		*dst = ""
-	case string:
-		*dst = v
-	case uuid.UUID:
-		*dst = v.String()
-	default:
-		r.fail(col, v)
-	}
-}
-
-func (r *reader) i64(col string, dst *int64) {
-	d, ok := r.datum(col)
-	if !ok {
-		return
-	}
-	switch v := d.Value.(type) {
-	case nil:
-		*dst = 0
-	case int64:
-		*dst = v
-	case float64:
-		*dst = int64(v)
-	default:
-		r.fail(col, v)
-	}
-}
-
-func (r *reader) boolean(col string, dst *bool) {
-	d, ok := r.datum(col)
-	if !ok {
-		return
-	}
-	switch v := d.Value.(type) {
-	case nil:
-		*dst = false
-	case bool:
-		*dst = v
-	default:
-		r.fail(col, v)
-	}
 }

@@ -1,11 +1,9 @@
 package hostcache
 
 import (
-	"fmt"
 	"slices"
 	"time"
 
-	"github.com/google/uuid"
 
 	"github.com/cuesched/cuesched/shared/cuebot"
 	"github.com/cuesched/cuesched/shared/replication"
@@ -186,96 +184,6 @@ func (e *effects) host(h *hostRec) {
 	}
 }
 
-// rowReader reads columns of a change, leaving fields alone for unchanged
-// TOAST values and recording the first error.
-type rowReader struct {
-	r     replication.Row
-	table string
-	err   error
-}
-
-func (rr *rowReader) fail(col string, err error) {
-	if rr.err == nil {
-		rr.err = fmt.Errorf("hostcache: %s.%s: %w", rr.table, col, err)
-	}
-}
-
-func (rr *rowReader) datum(col string) (replication.Datum, bool) {
-	d, ok := rr.r.Get(col)
-	if !ok {
-		rr.fail(col, replication.ErrNoColumn)
-		return d, false
-	}
-	return d, d.State != replication.Unchanged
-}
-
-func (rr *rowReader) str(col string, dst *string) {
-	d, ok := rr.datum(col)
-	if !ok {
-		return
-	}
-	switch v := d.Value.(type) {
-	case nil:
-		*dst = ""
-	case string:
-		*dst = v
-	case uuid.UUID:
-		*dst = v.String()
-	default:
-		rr.fail(col, fmt.Errorf("%w: %T", replication.ErrType, d.Value))
-	}
-}
-
-func (rr *rowReader) i64(col string, dst *int64) {
-	d, ok := rr.datum(col)
-	if !ok {
-		return
-	}
-	switch v := d.Value.(type) {
-	case nil:
-		*dst = 0
-	case int64:
-		*dst = v
-	case float64: // a numeric column holding whole numbers
-		if v != float64(int64(v)) {
-			rr.fail(col, fmt.Errorf("%w: non-integral %v", replication.ErrType, v))
-			return
-		}
-		*dst = int64(v)
-	default:
-		rr.fail(col, fmt.Errorf("%w: %T", replication.ErrType, d.Value))
-	}
-}
-
-func (rr *rowReader) tm(col string, dst *time.Time) {
-	d, ok := rr.datum(col)
-	if !ok {
-		return
-	}
-	switch v := d.Value.(type) {
-	case nil:
-		*dst = time.Time{}
-	case time.Time:
-		*dst = v
-	case replication.Infinity:
-		*dst = time.Time{}
-	default:
-		rr.fail(col, fmt.Errorf("%w: %T", replication.ErrType, d.Value))
-	}
-}
-
-// key reads a primary-key column, which must be present.
-func (rr *rowReader) key(col string) string {
-	var s string
-	d, ok := rr.r.Get(col)
-	if !ok || d.State != replication.Present {
-		rr.fail(col, fmt.Errorf("primary key missing (state %v)", d.State))
-		return ""
-	}
-	rr.str(col, &s)
-	return s
-}
-
 // oldKey is the key of the row a change replaces: the old key tuple if the
 // key changed, else the new row's key.
 func oldKey(c *replication.Change, col string) (string, error) {
@@ -283,9 +191,9 @@ func oldKey(c *replication.Change, col string) (string, error) {
 	if !c.Old.IsZero() {
 		src = c.Old
 	}
-	rr := rowReader{r: src, table: c.Relation.Table}
-	k := rr.key(col)
-	return k, rr.err
+	rr := replication.Reader{Row: src, Table: c.Relation.Table}
+	k := rr.Key(col)
+	return k, rr.Err
 }
 
 // apply applies one change to the mirror and records what it touched.
@@ -322,10 +230,10 @@ func (st *state) applyHost(c *replication.Change, e *effects) error {
 	if err != nil {
 		return err
 	}
-	rr := rowReader{r: c.New, table: "host"}
-	id := rr.key("pk_host")
-	if rr.err != nil {
-		return rr.err
+	rr := replication.Reader{Row: c.New, Table: "host"}
+	id := rr.Key("pk_host")
+	if rr.Err != nil {
+		return rr.Err
 	}
 	var h *hostRec
 	if prev != id {
@@ -337,21 +245,21 @@ func (st *state) applyHost(c *replication.Change, e *effects) error {
 		h = &hostRec{id: id, seq: st.seq, assumedListIndex: -1}
 	}
 	oldAlloc, oldRow := h.allocID, h.row
-	rr.str("pk_alloc", &h.allocID)
-	rr.str("str_name", &h.name)
-	rr.str("str_lock_state", &h.lockState)
-	rr.i64("int_cores", &h.coresTotal)
-	rr.i64("int_gpus", &h.gpusTotal)
-	rr.i64("int_gpu_mem", &h.gpuMemTotalKB)
-	rr.i64("int_cores_idle", &h.row.cores)
-	rr.i64("int_mem_idle", &h.row.memKB)
-	rr.i64("int_gpus_idle", &h.row.gpus)
-	rr.i64("int_gpu_mem_idle", &h.row.gpuMemKB)
+	rr.Str("pk_alloc", &h.allocID)
+	rr.Str("str_name", &h.name)
+	rr.Str("str_lock_state", &h.lockState)
+	rr.Int64("int_cores", &h.coresTotal)
+	rr.Int64("int_gpus", &h.gpusTotal)
+	rr.Int64("int_gpu_mem", &h.gpuMemTotalKB)
+	rr.Int64("int_cores_idle", &h.row.cores)
+	rr.Int64("int_mem_idle", &h.row.memKB)
+	rr.Int64("int_gpus_idle", &h.row.gpus)
+	rr.Int64("int_gpu_mem_idle", &h.row.gpuMemKB)
 	tm := int64(h.threadMode)
-	rr.i64("int_thread_mode", &tm)
+	rr.Int64("int_thread_mode", &tm)
 	h.threadMode = int(tm)
-	if rr.err != nil {
-		return rr.err
+	if rr.Err != nil {
+		return rr.Err
 	}
 	h.allocID, h.lockState = st.intern(h.allocID), st.intern(h.lockState)
 	if st.hosts[id] == nil {
@@ -410,10 +318,10 @@ func (st *state) applyStat(c *replication.Change, e *effects) error {
 	if err != nil {
 		return err
 	}
-	rr := rowReader{r: c.New, table: "host_stat"}
-	id := rr.key("pk_host_stat")
-	if rr.err != nil {
-		return rr.err
+	rr := replication.Reader{Row: c.New, Table: "host_stat"}
+	id := rr.Key("pk_host_stat")
+	if rr.Err != nil {
+		return rr.Err
 	}
 	if prev != id {
 		st.deleteStat(prev, e)
@@ -423,15 +331,15 @@ func (st *state) applyStat(c *replication.Change, e *effects) error {
 		s = &statRec{id: id}
 	}
 	oldHost := s.hostID
-	rr.str("pk_host", &s.hostID)
-	rr.i64("int_mem_total", &s.memTotalKB)
-	rr.i64("int_mem_free", &s.memFreeKB)
-	rr.i64("int_gpu_mem_free", &s.gpuMemFreeKB)
-	rr.str("str_state", &s.state)
-	rr.str("str_os", &s.os)
-	rr.tm("ts_ping", &s.ping)
-	if rr.err != nil {
-		return rr.err
+	rr.Str("pk_host", &s.hostID)
+	rr.Int64("int_mem_total", &s.memTotalKB)
+	rr.Int64("int_mem_free", &s.memFreeKB)
+	rr.Int64("int_gpu_mem_free", &s.gpuMemFreeKB)
+	rr.Str("str_state", &s.state)
+	rr.Str("str_os", &s.os)
+	rr.Time("ts_ping", &s.ping)
+	if rr.Err != nil {
+		return rr.Err
 	}
 	s.state, s.os = st.intern(s.state), st.intern(s.os)
 	s.oses = st.osList(s.os)
@@ -484,10 +392,10 @@ func (st *state) applyTag(c *replication.Change, e *effects) error {
 	if err != nil {
 		return err
 	}
-	rr := rowReader{r: c.New, table: "host_tag"}
-	id := rr.key("pk_host_tag")
-	if rr.err != nil {
-		return rr.err
+	rr := replication.Reader{Row: c.New, Table: "host_tag"}
+	id := rr.Key("pk_host_tag")
+	if rr.Err != nil {
+		return rr.Err
 	}
 	old := st.tags[prev]
 	t := &tagRec{id: id}
@@ -495,11 +403,11 @@ func (st *state) applyTag(c *replication.Change, e *effects) error {
 		*t = *old
 		t.id = id
 	}
-	rr.str("pk_host", &t.hostID)
-	rr.str("str_tag", &t.tag)
-	rr.str("str_tag_type", &t.tagType)
-	if rr.err != nil {
-		return rr.err
+	rr.Str("pk_host", &t.hostID)
+	rr.Str("str_tag", &t.tag)
+	rr.Str("str_tag_type", &t.tagType)
+	if rr.Err != nil {
+		return rr.Err
 	}
 	t.tag, t.tagType = st.intern(t.tag), st.intern(t.tagType)
 	if h := st.hosts[t.hostID]; h != nil {
@@ -563,18 +471,18 @@ func (st *state) applyAlloc(c *replication.Change, e *effects) error {
 		e.allocs[prev] = struct{}{}
 		return nil
 	}
-	rr := rowReader{r: c.New, table: "alloc"}
-	id := rr.key("pk_alloc")
+	rr := replication.Reader{Row: c.New, Table: "alloc"}
+	id := rr.Key("pk_alloc")
 	a := &allocRec{id: id}
 	if old := st.allocs[prev]; old != nil {
 		*a = *old
 		a.id = id
 	}
-	rr.str("str_name", &a.name)
-	rr.str("pk_facility", &a.facilityID)
-	rr.str("str_tag", &a.tag)
-	if rr.err != nil {
-		return rr.err
+	rr.Str("str_name", &a.name)
+	rr.Str("pk_facility", &a.facilityID)
+	rr.Str("str_tag", &a.tag)
+	if rr.Err != nil {
+		return rr.Err
 	}
 	delete(st.allocs, prev)
 	st.allocs[id] = a
@@ -592,19 +500,19 @@ func (st *state) applySub(c *replication.Change, e *effects) error {
 		st.deleteSub(prev, e)
 		return nil
 	}
-	rr := rowReader{r: c.New, table: "subscription"}
-	id := rr.key("pk_subscription")
+	rr := replication.Reader{Row: c.New, Table: "subscription"}
+	id := rr.Key("pk_subscription")
 	s := &subRec{id: id}
 	if old := st.subs[prev]; old != nil {
 		*s = *old
 		s.id = id
 	}
-	rr.str("pk_alloc", &s.allocID)
-	rr.str("pk_show", &s.showID)
-	rr.i64("int_burst", &s.burst)
-	rr.i64("int_cores", &s.cores)
-	if rr.err != nil {
-		return rr.err
+	rr.Str("pk_alloc", &s.allocID)
+	rr.Str("pk_show", &s.showID)
+	rr.Int64("int_burst", &s.burst)
+	rr.Int64("int_cores", &s.cores)
+	if rr.Err != nil {
+		return rr.Err
 	}
 	st.deleteSub(prev, e)
 	st.subs[id] = s
@@ -652,12 +560,12 @@ func (st *state) applyNamed(c *replication.Change, m map[string]string, pk strin
 		delete(m, prev)
 		return nil
 	}
-	rr := rowReader{r: c.New, table: c.Relation.Table}
-	id := rr.key(pk)
+	rr := replication.Reader{Row: c.New, Table: c.Relation.Table}
+	id := rr.Key(pk)
 	name := m[prev]
-	rr.str("str_name", &name)
-	if rr.err != nil {
-		return rr.err
+	rr.Str("str_name", &name)
+	if rr.Err != nil {
+		return rr.Err
 	}
 	delete(m, prev)
 	m[id] = name
