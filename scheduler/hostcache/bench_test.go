@@ -49,6 +49,31 @@ func (f *farm) mustCommitFast(changes ...replication.Change) {
 
 type benchReq struct{ cores, memKB int64 }
 
+// timeCheckouts times one checkout and release per iteration of r sized by
+// reqs in turn (the cluster's group built before the timing), reports the
+// miss rate and returns ns per iteration.
+func timeCheckouts(ctx context.Context, b *testing.B, c *Cache, r Request, reqs []benchReq) float64 {
+	if h, err := c.Checkout(ctx, r); err == nil {
+		c.Release(h.ID)
+	}
+	runtime.GC()
+	b.ReportAllocs()
+	b.ResetTimer()
+	misses := 0
+	for i := 0; i < b.N; i++ {
+		q := reqs[i%len(reqs)]
+		r.CoresMin, r.MemMinKB = q.cores, q.memKB
+		h, err := c.Checkout(ctx, r)
+		if err != nil {
+			misses++
+			continue
+		}
+		c.Release(h.ID)
+	}
+	b.ReportMetric(float64(misses)/float64(b.N), "miss-rate")
+	return float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+}
+
 func benchRequests() []benchReq {
 	rng := rand.New(rand.NewPCG(7, 7))
 	out := make([]benchReq, 1024)
@@ -142,25 +167,7 @@ func BenchmarkCheckout(b *testing.B) {
 			var btreeNs float64
 			b.Run("btree", func(b *testing.B) {
 				r := Request{FacilityID: key.FacilityID, ShowID: key.ShowID, Tags: []string{key.Tag}}
-				if h, err := f.c.Checkout(ctx, r); err == nil { // build the group outside the timing
-					f.c.Release(h.ID)
-				}
-				runtime.GC()
-				b.ReportAllocs()
-				b.ResetTimer()
-				misses := 0
-				for i := 0; i < b.N; i++ {
-					q := reqs[i%len(reqs)]
-					r.CoresMin, r.MemMinKB = q.cores, q.memKB
-					h, err := f.c.Checkout(ctx, r)
-					if err != nil {
-						misses++
-						continue
-					}
-					f.c.Release(h.ID)
-				}
-				btreeNs = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
-				b.ReportMetric(float64(misses)/float64(b.N), "miss-rate")
+				btreeNs = timeCheckouts(ctx, b, f.c, r, reqs)
 			})
 			b.Run("linear", func(b *testing.B) {
 				l := newLinear(f.c, key)

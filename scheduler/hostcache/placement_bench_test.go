@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"testing"
 
 	"github.com/cuesched/cuesched/scheduler/reserve"
@@ -57,25 +56,7 @@ func BenchmarkPlacement(b *testing.B) {
 					f.c.mu.Unlock()
 					s := v.strategy
 					r := Request{FacilityID: facA, ShowID: showS, Tags: []string{"general"}, Accept: accept, Strategy: &s, LayerID: v.layer}
-					if h, err := f.c.Checkout(ctx, r); err == nil { // build the group outside the timing
-						f.c.Release(h.ID)
-					}
-					runtime.GC()
-					b.ReportAllocs()
-					b.ResetTimer()
-					misses := 0
-					for i := 0; i < b.N; i++ {
-						q := reqs[i%len(reqs)]
-						r.CoresMin, r.MemMinKB = q.cores, q.memKB
-						h, err := f.c.Checkout(ctx, r)
-						if err != nil {
-							misses++
-							continue
-						}
-						f.c.Release(h.ID)
-					}
-					ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
-					b.ReportMetric(float64(misses)/float64(b.N), "miss-rate")
+					ns := timeCheckouts(ctx, b, f.c, r, reqs)
 					if v.name == "best_fit" {
 						baseNs = ns
 					}
