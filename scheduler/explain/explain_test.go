@@ -14,6 +14,17 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
+// newFarm is a fresh Cuebot database, a pool on it and a seeder.
+func newFarm(t *testing.T) (*pgxpool.Pool, *farmtest.Seeder) {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), migrationstest.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, &farmtest.Seeder{DB: pool}
+}
+
 func must[T any](t *testing.T) func(T, error) T {
 	return func(v T, err error) T {
 		t.Helper()
@@ -29,12 +40,7 @@ func must[T any](t *testing.T) func(T, error) T {
 func TestEveryReason(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	s := &farmtest.Seeder{DB: pool}
+	pool, s := newFarm(t)
 	str, show, job := must[string](t), must[farmtest.Show](t), must[farmtest.Job](t)
 
 	fac := str(s.Facility(ctx, "f1"))
@@ -187,12 +193,7 @@ func TestClassifyOrder(t *testing.T) {
 func TestStrand(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	s := &farmtest.Seeder{DB: pool}
+	pool, s := newFarm(t)
 	str, show, job := must[string](t), must[farmtest.Show](t), must[farmtest.Job](t)
 	fac := str(s.Facility(ctx, "f1"))
 	sh := show(s.Show(ctx, "alpha", true))
