@@ -43,11 +43,11 @@ bench: deps build
 verify: deps build
 	./bin/cuesched sim --scenario all --out verify $(VERIFY_FLAGS)
 
-# The full fault and bad-input suite (scheduler/faults): every fault
+# The full fault and bad-input suite (lab/faults): every fault
 # randomized and repeated, the chaos run, and every bad-input case. Its fast
 # part runs in `make test`. FAULTS_FLAGS=-v prints every run's timeline.
 faults: deps
-	CUESCHED_FAULTS=full $(GO) test -race -count=1 -timeout 60m $(FAULTS_FLAGS) ./scheduler/faults/
+	CUESCHED_FAULTS=full $(GO) test -race -count=1 -timeout 60m $(FAULTS_FLAGS) ./lab/faults/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

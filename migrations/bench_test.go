@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 )
 
 // BenchmarkProcUpdateWAL measures the WAL written per proc UPDATE of the
@@ -20,7 +20,7 @@ func BenchmarkProcUpdateWAL(b *testing.B) {
 		for _, ident := range []string{"DEFAULT", "FULL"} {
 			b.Run(fmt.Sprintf("identity=%s/children=%dB", ident, children), func(b *testing.B) {
 				ctx := context.Background()
-				conn := connect(b, migrationstest.Database(b))
+				conn := connect(b, cuebotdb.Database(b))
 				exec(b, conn, `INSERT INTO host (pk_host, pk_alloc, str_name, str_lock_state) VALUES ('h', '00000000-0000-0000-0000-000000000000', 'h', 'OPEN')`)
 				exec(b, conn, `INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, int_cores_reserved, int_mem_reserved, bytea_children)
 					SELECT gen_random_uuid(), 'h', gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), 100, 4194304,

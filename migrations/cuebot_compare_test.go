@@ -25,8 +25,8 @@ import (
 	"testing"
 
 	"github.com/cuesched/cuesched/migrations"
-	"github.com/cuesched/cuesched/migrations/migrationstest"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -40,7 +40,7 @@ func schemaDB(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv(cuebotDirEnv)
 	if dir == "" {
-		return migrationstest.Database(t)
+		return cuebotdb.Database(t)
 	}
 	return testenv.NewDatabase(t, testenv.WithTemplate("cuebot-real-rollout", func(ctx context.Context, url string) error {
 		conn, err := pgx.Connect(ctx, url)

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/cuesched/cuesched/migrations"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )

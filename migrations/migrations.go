@@ -44,7 +44,7 @@
 //
 // API: Plan, Up, Status (returns a Report), Preflight / PreflightWith,
 // ApplyBaseline; Steps, Baseline and Publications expose the embedded SQL
-// and its intent. Tests use migrationstest.Database.
+// and its intent. Tests use cuebotdb.Database.
 package migrations
 
 import (

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/cuesched/cuesched/migrations"
-	"github.com/cuesched/cuesched/migrations/migrationstest"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -131,7 +131,7 @@ func TestBaselineAndRolloutAreIdempotent(t *testing.T) {
 func TestRolloutObjects(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	conn := connect(t, migrationstest.Database(t))
+	conn := connect(t, cuebotdb.Database(t))
 
 	var typ string
 	var notNull bool
@@ -266,7 +266,7 @@ func TestUpOnPreV44Cuebot(t *testing.T) {
 func TestUpRepairsPublications(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	conn := connect(t, migrationstest.Database(t))
+	conn := connect(t, cuebotdb.Database(t))
 	want := fingerprint(t, conn, nil)
 	exec(t, conn, `ALTER PUBLICATION cuesched_accounting DROP TABLE point`)
 	exec(t, conn, `ALTER PUBLICATION cuesched_accounting ADD TABLE frame`)
@@ -299,7 +299,7 @@ func TestUpRepairsPublications(t *testing.T) {
 func TestUpRebuildsInvalidIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	conn := connect(t, migrationstest.Database(t))
+	conn := connect(t, cuebotdb.Database(t))
 	exec(t, conn, `DELETE FROM cuesched_schema_migrations WHERE version = 5`)
 	exec(t, conn, `UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'cuesched_i_frame_waiting'::regclass`)
 	applied, err := migrations.Up(ctx, conn)
@@ -405,7 +405,7 @@ func TestPreflightRefusesNonCuebotDatabase(t *testing.T) {
 func TestPreflightRoleCannotReplicate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dbURL := migrationstest.Database(t)
+	dbURL := cuebotdb.Database(t)
 	admin := connect(t, dbURL)
 	role := fmt.Sprintf("cuesched_norepl_%d", os.Getpid())
 	exec(t, admin, `DROP ROLE IF EXISTS `+role)
@@ -431,7 +431,7 @@ func TestPreflightRoleCannotReplicate(t *testing.T) {
 func TestStatusGuardrailManagedShowsNeedSidecarSlot(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dbURL := migrationstest.Database(t)
+	dbURL := cuebotdb.Database(t)
 	conn := connect(t, dbURL)
 	exec(t, conn, `UPDATE show SET b_scheduler_managed = true`)
 

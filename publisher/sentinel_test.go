@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/cuesched/cuesched/publisher"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 // TestSentinelFromOneConfig books through a Sentinel-managed primary with the

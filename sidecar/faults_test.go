@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/accounting"
 	"github.com/cuesched/cuesched/shared/metrics"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 	"github.com/cuesched/cuesched/sidecar"
 )
 
@@ -469,7 +469,7 @@ func TestPostgresRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := pg.URL("cue")
-	if err := migrationstest.Setup(context.Background(), url); err != nil {
+	if err := cuebotdb.Setup(context.Background(), url); err != nil {
 		t.Fatal(err)
 	}
 	h := newHarness(t, harnessOpts{dbURL: url})

@@ -24,11 +24,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
 	"github.com/cuesched/cuesched/publisher"
-	"github.com/cuesched/cuesched/scheduler/testdouble/cuebotemu"
 	"github.com/cuesched/cuesched/shared/cuebot"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotemu"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 	"github.com/cuesched/cuesched/sidecar"
 )
 
@@ -150,7 +150,7 @@ type harness struct {
 
 type harnessOpts struct {
 	redisURL string // default: a fresh DB of the shared server
-	dbURL    string // default: migrationstest.Database
+	dbURL    string // default: cuebotdb.Database
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -161,7 +161,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		cores: map[string]int64{}, gpus: map[string]int64{}, allKeys: map[string]bool{}}
 	h.dbURL = o.dbURL
 	if h.dbURL == "" {
-		h.dbURL = migrationstest.Database(t)
+		h.dbURL = cuebotdb.Database(t)
 	}
 	h.redisURL = o.redisURL
 	if h.redisURL == "" {

@@ -13,7 +13,7 @@ import (
 	"github.com/cuesched/cuesched/shared/replication"
 	"github.com/cuesched/cuesched/sidecar"
 
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 // TestReleasesEachManagedDeleteOnce: deletes of every shape (one proc, many,

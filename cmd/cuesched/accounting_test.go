@@ -12,11 +12,11 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/accounting"
 	"github.com/cuesched/cuesched/shared/cuebot"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func runAccountingT(env map[string]string, args ...string) (int, string, string) {
@@ -29,7 +29,7 @@ func runAccountingT(env map[string]string, args ...string) (int, string, string)
 func TestAccountingAuditCLI(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dbURL, redisURL := migrationstest.Database(t), testenv.NewRedisDB(t)
+	dbURL, redisURL := cuebotdb.Database(t), testenv.NewRedisDB(t)
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/cuesched/cuesched/scheduler/demo"
+	"github.com/cuesched/cuesched/lab/demo"
 )
 
 const demoUsage = `usage: cuesched demo [--hosts N] [--frames N] [--until-drained] [--duration DURATION]

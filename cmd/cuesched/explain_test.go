@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 )
 
 func runExplainT(env map[string]string, args ...string) (int, string, string) {
@@ -43,13 +43,13 @@ func TestExplainCLIUsage(t *testing.T) {
 func TestExplainCLI(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := migrationstest.Database(t)
+	db := cuebotdb.Database(t)
 	pool, err := pgxpool.New(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	s := &farmtest.Seeder{DB: pool}
+	s := &farmseed.Seeder{DB: pool}
 	must := func(v string, err error) string {
 		t.Helper()
 		if err != nil {
@@ -64,16 +64,16 @@ func TestExplainCLI(t *testing.T) {
 	}
 	alloc := must(s.Alloc(ctx, fac, "f1.general", "general"))
 	must(s.Subscribe(ctx, sh, alloc, 100, 100))
-	must(s.Host(ctx, farmtest.HostSpec{Name: "node1", Alloc: alloc, AllocTag: "general", Cores: 16, MemKB: 64 * farmtest.GB}))
-	if _, err := s.Job(ctx, farmtest.JobSpec{Name: "shot010", Show: sh, Facility: fac, Layers: []farmtest.LayerSpec{
-		{Name: "render", Tags: []string{"general"}, Frames: 3, Cores: 2, MemKB: 4 * farmtest.GB},
-		{Name: "huge", Tags: []string{"general"}, Frames: 1, Cores: 64, MemKB: 4 * farmtest.GB},
+	must(s.Host(ctx, farmseed.HostSpec{Name: "node1", Alloc: alloc, AllocTag: "general", Cores: 16, MemKB: 64 * farmseed.GB}))
+	if _, err := s.Job(ctx, farmseed.JobSpec{Name: "shot010", Show: sh, Facility: fac, Layers: []farmseed.LayerSpec{
+		{Name: "render", Tags: []string{"general"}, Frames: 3, Cores: 2, MemKB: 4 * farmseed.GB},
+		{Name: "huge", Tags: []string{"general"}, Frames: 1, Cores: 64, MemKB: 4 * farmseed.GB},
 		{Name: "sim", Tags: []string{"simulation"}, Frames: 2},
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Job(ctx, farmtest.JobSpec{Name: "shot020", Show: sh, Facility: fac, Paused: true,
-		Layers: []farmtest.LayerSpec{{Name: "comp", Tags: []string{"general"}, Frames: 1}}}); err != nil {
+	if _, err := s.Job(ctx, farmseed.JobSpec{Name: "shot020", Show: sh, Facility: fac, Paused: true,
+		Layers: []farmseed.LayerSpec{{Name: "comp", Tags: []string{"general"}, Frames: 1}}}); err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{"CUESCHED_DATABASE_URL": db}

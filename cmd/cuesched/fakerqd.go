@@ -15,12 +15,12 @@ import (
 
 	"github.com/cuesched/cuesched/proto/rqdpb"
 	"github.com/cuesched/cuesched/scheduler/rollout"
-	"github.com/cuesched/cuesched/scheduler/testdouble/cuebotemu"
-	"github.com/cuesched/cuesched/scheduler/testdouble/fakerqd"
 	"github.com/cuesched/cuesched/shared/config"
 	"github.com/cuesched/cuesched/shared/daemon"
 	"github.com/cuesched/cuesched/shared/logging"
 	"github.com/cuesched/cuesched/shared/metrics"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotemu"
+	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
 )
 
 const fakeRQDUsage = `usage: cuesched fake-rqd [--listen ADDR] [--hosts NAME,NAME…] [--run-time D|MIN..MAX]

@@ -17,11 +17,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
 	"github.com/cuesched/cuesched/proto/rqdpb"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/rqdclient"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func runFakeRQDT(ctx context.Context, env map[string]string, args ...string) (int, *lockedBuffer, *lockedBuffer) {
@@ -209,7 +209,7 @@ func TestFakeRQDAcceptsAndLogsLaunches(t *testing.T) {
 type runningFrameFarm struct {
 	db     string
 	pool   *pgxpool.Pool
-	job    farmtest.Job
+	job    farmseed.Job
 	host   string
 	procs  []string
 	frames []string
@@ -218,13 +218,13 @@ type runningFrameFarm struct {
 func newRunningFrameFarm(t *testing.T, n int) *runningFrameFarm {
 	t.Helper()
 	ctx := context.Background()
-	f := &runningFrameFarm{db: migrationstest.Database(t), host: "fakenode1"}
+	f := &runningFrameFarm{db: cuebotdb.Database(t), host: "fakenode1"}
 	var err error
 	if f.pool, err = pgxpool.New(ctx, f.db); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.pool.Close)
-	s := &farmtest.Seeder{DB: f.pool}
+	s := &farmseed.Seeder{DB: f.pool}
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -239,14 +239,14 @@ func newRunningFrameFarm(t *testing.T, n int) *runningFrameFarm {
 	must(err)
 	_, err = s.Subscribe(ctx, show, alloc, 10, 20)
 	must(err)
-	host, err := s.Host(ctx, farmtest.HostSpec{Name: f.host, Alloc: alloc, AllocTag: "general", Cores: 16})
+	host, err := s.Host(ctx, farmseed.HostSpec{Name: f.host, Alloc: alloc, AllocTag: "general", Cores: 16})
 	must(err)
-	f.job, err = s.Job(ctx, farmtest.JobSpec{Name: "staging-sh010-render", Show: show, Facility: fac,
-		Layers: []farmtest.LayerSpec{{Name: "render", Frames: n}}})
+	f.job, err = s.Job(ctx, farmseed.JobSpec{Name: "staging-sh010-render", Show: show, Facility: fac,
+		Layers: []farmseed.LayerSpec{{Name: "render", Frames: n}}})
 	must(err)
 	f.frames = f.job.Layers[0].Frames
 	for _, fr := range f.frames {
-		p, err := s.Proc(ctx, farmtest.ProcSpec{Host: host, Frame: fr, Cores: 1, MemKB: farmtest.GB})
+		p, err := s.Proc(ctx, farmseed.ProcSpec{Host: host, Frame: fr, Cores: 1, MemKB: farmseed.GB})
 		must(err)
 		f.procs = append(f.procs, p)
 	}
@@ -257,7 +257,7 @@ func newRunningFrameFarm(t *testing.T, n int) *runningFrameFarm {
 func (f *runningFrameFarm) runFrame(i int) *rqdpb.RunFrame {
 	return &rqdpb.RunFrame{ResourceId: f.procs[i], JobId: f.job.ID, JobName: f.job.Name, LayerId: f.job.Layers[0].ID,
 		FrameId: f.frames[i], FrameName: fmt.Sprintf("%04d-render", i+1), NumCores: 100,
-		SoftMemoryLimit: farmtest.GB * 16 / 10, HardMemoryLimit: farmtest.GB * 2}
+		SoftMemoryLimit: farmseed.GB * 16 / 10, HardMemoryLimit: farmseed.GB * 2}
 }
 
 // frameState is the frame's state and exit status, and whether a proc still

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/cuesched/cuesched/migrations"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 )

@@ -11,9 +11,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func runSchedulerT(ctx context.Context, env map[string]string, args ...string) (int, *lockedBuffer) {
@@ -59,7 +59,7 @@ func TestSchedulerCLIUnknownFacility(t *testing.T) {
 	if err := os.WriteFile(path, []byte("metrics:\n  listen: \"\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"CUESCHED_DATABASE_URL": migrationstest.Database(t), "CUESCHED_ACCOUNTING_REDIS_URL": testenv.NewRedisDB(t)}
+	env := map[string]string{"CUESCHED_DATABASE_URL": cuebotdb.Database(t), "CUESCHED_ACCOUNTING_REDIS_URL": testenv.NewRedisDB(t)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	code, errb := runSchedulerT(ctx, env, "--config", path, "--facility", "atlantis")
@@ -117,13 +117,13 @@ func TestSchedulerCLIDryRun(t *testing.T) {
 func oneHostFarm(t *testing.T, fac, show, host, job string, frames int) (string, *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
-	db := migrationstest.Database(t)
+	db := cuebotdb.Database(t)
 	pool, err := pgxpool.New(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	s := &farmtest.Seeder{DB: pool}
+	s := &farmseed.Seeder{DB: pool}
 	facID, err := s.Facility(ctx, fac)
 	if err != nil {
 		t.Fatal(err)
@@ -139,11 +139,11 @@ func oneHostFarm(t *testing.T, fac, show, host, job string, frames int) (string,
 	if _, err := s.Subscribe(ctx, sh, alloc, 10, 10); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Host(ctx, farmtest.HostSpec{Name: host, Alloc: alloc, AllocTag: "general", Cores: 4}); err != nil {
+	if _, err := s.Host(ctx, farmseed.HostSpec{Name: host, Alloc: alloc, AllocTag: "general", Cores: 4}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Job(ctx, farmtest.JobSpec{Name: job, Show: sh, Facility: facID,
-		Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: frames, NotThreadable: true}}}); err != nil {
+	if _, err := s.Job(ctx, farmseed.JobSpec{Name: job, Show: sh, Facility: facID,
+		Layers: []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: frames, NotThreadable: true}}}); err != nil {
 		t.Fatal(err)
 	}
 	return db, pool

@@ -16,12 +16,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cuesched/cuesched/migrations"
-	"github.com/cuesched/cuesched/migrations/migrationstest"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/accounting"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/rollout"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 // roFarm is a rolled-out Cuebot database and a Redis DB with show "alpha"
@@ -37,7 +37,7 @@ type roFarm struct {
 func newROFarm(t *testing.T) *roFarm {
 	t.Helper()
 	ctx := context.Background()
-	f := &roFarm{db: migrationstest.Database(t), redis: testenv.NewRedisDB(t)}
+	f := &roFarm{db: cuebotdb.Database(t), redis: testenv.NewRedisDB(t)}
 	f.env = map[string]string{"CUESCHED_DATABASE_URL": f.db, "CUESCHED_ACCOUNTING_REDIS_URL": f.redis}
 	var err error
 	if f.pool, err = pgxpool.New(ctx, f.db); err != nil {
@@ -52,7 +52,7 @@ func newROFarm(t *testing.T) *roFarm {
 	if f.pub, err = publisher.New(rdb, publisher.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	s := &farmtest.Seeder{DB: f.pool}
+	s := &farmseed.Seeder{DB: f.pool}
 	step := func(_ any, err error) {
 		t.Helper()
 		if err != nil {
@@ -69,13 +69,13 @@ func newROFarm(t *testing.T) *roFarm {
 	step(nil, err)
 	step(s.Subscribe(ctx, alpha, alloc, 10, 20))
 	step(s.Subscribe(ctx, beta, alloc, 10, 0))
-	host, err := s.Host(ctx, farmtest.HostSpec{Name: "node1", Alloc: alloc, AllocTag: "general", Cores: 16})
+	host, err := s.Host(ctx, farmseed.HostSpec{Name: "node1", Alloc: alloc, AllocTag: "general", Cores: 16})
 	step(nil, err)
-	job, err := s.Job(ctx, farmtest.JobSpec{Name: "alpha-job", Show: alpha, Facility: fac,
-		Layers: []farmtest.LayerSpec{{Name: "render", Frames: 2}}})
+	job, err := s.Job(ctx, farmseed.JobSpec{Name: "alpha-job", Show: alpha, Facility: fac,
+		Layers: []farmseed.LayerSpec{{Name: "render", Frames: 2}}})
 	step(nil, err)
 	for i, c := range []int{3, 2} {
-		step(s.Proc(ctx, farmtest.ProcSpec{Host: host, Frame: job.Layers[0].Frames[i], Cores: c, MemKB: farmtest.GB}))
+		step(s.Proc(ctx, farmseed.ProcSpec{Host: host, Frame: job.Layers[0].Frames[i], Cores: c, MemKB: farmseed.GB}))
 	}
 	return f
 }

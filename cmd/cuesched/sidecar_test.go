@@ -14,8 +14,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 type lockedBuffer struct {
@@ -69,7 +69,7 @@ func TestSidecarCLIUsageAndErrors(t *testing.T) {
 		t.Errorf("bad key: code %d, stderr %q", code, errb.String())
 	}
 	// A missing slot without --create-slot is a clear failure.
-	db := migrationstest.Database(t)
+	db := cuebotdb.Database(t)
 	env := map[string]string{
 		"CUESCHED_DATABASE_URL": db, "CUESCHED_ACCOUNTING_REDIS_URL": testenv.NewRedisDB(t),
 		"CUESCHED_SIDECAR_SLOT_NAME": "cli_missing_" + strings.ReplaceAll(uuid.NewString()[:8], "-", ""),
@@ -85,7 +85,7 @@ func TestSidecarCLIUsageAndErrors(t *testing.T) {
 
 func TestSidecarCLIRunsAndDrains(t *testing.T) {
 	t.Parallel()
-	db := migrationstest.Database(t)
+	db := cuebotdb.Database(t)
 	slot := "cli_run_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
 	dir := t.TempDir()
 	path := filepath.Join(dir, "cuesched.yaml")

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/cuesched/cuesched/scheduler/sim"
+	"github.com/cuesched/cuesched/lab/sim"
 )
 
 const simUsage = `usage: cuesched sim [--scenario NAME[,NAME…]|all] [--seed N] [--scale F] [--hosts N]

@@ -13,7 +13,7 @@ import (
 
 	"github.com/cuesched/cuesched/migrations"
 
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {

@@ -15,10 +15,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/shared/cuebot"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -54,7 +54,7 @@ func newFarm(t *testing.T, opts ...farmOpt) *farm {
 		c.redisURL = testenv.NewRedisDB(t)
 	}
 	ctx := context.Background()
-	f := &farm{t: t, ctx: ctx, dbURL: migrationstest.Database(t), redisURL: c.redisURL}
+	f := &farm{t: t, ctx: ctx, dbURL: cuebotdb.Database(t), redisURL: c.redisURL}
 	var err error
 	f.pool, err = pgxpool.New(ctx, f.dbURL)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 // The lock tests poll every 100 ms with a 1 s idle_session_timeout: ten

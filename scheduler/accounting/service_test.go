@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/cuesched/cuesched/publisher"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 // TestManagedFlipMidLoad: a show Cuebot is running (20 of its 30-core burst

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/cuesched/cuesched/publisher"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 // TestRecomputeNeverStarves books and releases as fast as the machine

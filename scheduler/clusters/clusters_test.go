@@ -11,19 +11,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
 	"github.com/cuesched/cuesched/scheduler/clusters"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 type world struct {
 	pool             *pgxpool.Pool
-	seed             *farmtest.Seeder
+	seed             *farmseed.Seeder
 	f1, f2           string
-	a, b, c          farmtest.Show
+	a, b, c          farmseed.Show
 	general, gpu, g2 string
 }
 
@@ -32,12 +32,12 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
+	pool, err := pgxpool.New(ctx, cuebotdb.Database(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	w := &world{pool: pool, seed: &farmtest.Seeder{DB: pool}}
+	w := &world{pool: pool, seed: &farmseed.Seeder{DB: pool}}
 	s := w.seed
 	must := func(err error) {
 		t.Helper()
@@ -66,18 +66,18 @@ func newWorld(t *testing.T) *world {
 	empty, err := s.Alloc(ctx, w.f1, "f1.empty", "empty")
 	must(err)
 	for _, sub := range []struct {
-		show  farmtest.Show
+		show  farmseed.Show
 		alloc string
 	}{{w.a, w.general}, {w.a, w.gpu}, {w.a, w.g2}, {w.a, empty}, {w.b, w.general}, {w.c, w.general}} {
 		_, err = s.Subscribe(ctx, sub.show, sub.alloc, 100, 100)
 		must(err)
 	}
-	_, err = s.Host(ctx, farmtest.HostSpec{Name: "h1", Alloc: w.general, AllocTag: "general", Cores: 8,
-		Tags: []farmtest.HostTag{{Name: "urgent", Type: "MANUAL"}, {Name: "avx", Type: "HARDWARE"}}})
+	_, err = s.Host(ctx, farmseed.HostSpec{Name: "h1", Alloc: w.general, AllocTag: "general", Cores: 8,
+		Tags: []farmseed.HostTag{{Name: "urgent", Type: "MANUAL"}, {Name: "avx", Type: "HARDWARE"}}})
 	must(err)
-	_, err = s.Host(ctx, farmtest.HostSpec{Name: "h2", Alloc: w.gpu, AllocTag: "gpu", Cores: 8})
+	_, err = s.Host(ctx, farmseed.HostSpec{Name: "h2", Alloc: w.gpu, AllocTag: "gpu", Cores: 8})
 	must(err)
-	_, err = s.Host(ctx, farmtest.HostSpec{Name: "h3", Alloc: w.g2, AllocTag: "general2", Cores: 8})
+	_, err = s.Host(ctx, farmseed.HostSpec{Name: "h3", Alloc: w.g2, AllocTag: "general2", Cores: 8})
 	must(err)
 	return w
 }
@@ -289,16 +289,16 @@ func TestFeedAwakeGateAndReload(t *testing.T) {
 
 	// A job tagged "urgent" wakes only the manual cluster; one in the
 	// unmanaged show wakes nothing; a paused one nothing either.
-	if _, err := w.seed.Job(ctx, farmtest.JobSpec{Name: "j-urgent", Show: w.a, Facility: w.f1,
-		Layers: []farmtest.LayerSpec{{Tags: []string{"urgent"}, Frames: 2}}}); err != nil {
+	if _, err := w.seed.Job(ctx, farmseed.JobSpec{Name: "j-urgent", Show: w.a, Facility: w.f1,
+		Layers: []farmseed.LayerSpec{{Tags: []string{"urgent"}, Frames: 2}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.seed.Job(ctx, farmtest.JobSpec{Name: "j-b", Show: w.b, Facility: w.f1,
-		Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 2}}}); err != nil {
+	if _, err := w.seed.Job(ctx, farmseed.JobSpec{Name: "j-b", Show: w.b, Facility: w.f1,
+		Layers: []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: 2}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.seed.Job(ctx, farmtest.JobSpec{Name: "j-paused", Show: w.a, Facility: w.f1, Paused: true,
-		Layers: []farmtest.LayerSpec{{Tags: []string{"gpu"}, Frames: 2}}}); err != nil {
+	if _, err := w.seed.Job(ctx, farmseed.JobSpec{Name: "j-paused", Show: w.a, Facility: w.f1, Paused: true,
+		Layers: []farmseed.LayerSpec{{Tags: []string{"gpu"}, Frames: 2}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Scan(ctx); err != nil {

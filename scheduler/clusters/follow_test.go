@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuesched/cuesched/scheduler/clusters"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/shared/replication"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 // recorder collects a Follower's Changes.
@@ -96,8 +96,8 @@ func TestFollowerReportsWhatMatters(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	ctx := context.Background()
-	job, err := w.seed.Job(ctx, farmtest.JobSpec{Name: "j", Show: w.a, Facility: w.f1,
-		Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 2}}})
+	job, err := w.seed.Job(ctx, farmseed.JobSpec{Name: "j", Show: w.a, Facility: w.f1,
+		Layers: []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: 2}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,15 +13,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/dispatch"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/jobs"
 	"github.com/cuesched/cuesched/scheduler/reserve"
 	"github.com/cuesched/cuesched/scheduler/rqdclient"
-	"github.com/cuesched/cuesched/scheduler/testdouble/fakerqd"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -29,21 +29,21 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 type harness struct {
 	t        *testing.T
 	pool     *pgxpool.Pool
-	seed     *farmtest.Seeder
+	seed     *farmseed.Seeder
 	rdb      redis.UniversalClient
 	pub      *publisher.Publisher
 	fake     *fakerqd.Server
 	d        *dispatch.Dispatcher
 	facility string
 	alloc    string
-	show     farmtest.Show
+	show     farmseed.Show
 	nhost    int
 }
 
 func newHarness(t *testing.T, mod func(*dispatch.Config)) *harness {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
+	pool, err := pgxpool.New(ctx, cuebotdb.Database(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,11 +64,11 @@ func newHarness(t *testing.T, mod func(*dispatch.Config)) *harness {
 	t.Cleanup(fake.Stop)
 	rqd := rqdclient.New(rqdclient.Options{Resolve: fake.Resolve, RequestTimeout: 5 * time.Second})
 	t.Cleanup(func() { rqd.Close() })
-	cfg := dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144, StrandedMemKB: 2 * farmtest.GB, SoftLimit: 1.6, HardLimit: 2}
+	cfg := dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144, StrandedMemKB: 2 * farmseed.GB, SoftLimit: 1.6, HardLimit: 2}
 	if mod != nil {
 		mod(&cfg)
 	}
-	h := &harness{t: t, pool: pool, seed: &farmtest.Seeder{DB: pool}, rdb: rdb, pub: pub, fake: fake,
+	h := &harness{t: t, pool: pool, seed: &farmseed.Seeder{DB: pool}, rdb: rdb, pub: pub, fake: fake,
 		d: dispatch.New(pool, pub, rqd, cfg, dispatch.Options{Registerer: prometheus.NewRegistry()})}
 	h.facility = h.must(h.seed.Facility(ctx, "f1"))
 	h.show = must2(h.seed.Show(ctx, "show", true))(t)
@@ -103,7 +103,7 @@ func (h *harness) exec(sql string, args ...any) {
 }
 
 // host inserts a host and returns it as the host cache would hand it out.
-func (h *harness) host(spec farmtest.HostSpec) dispatch.Host {
+func (h *harness) host(spec farmseed.HostSpec) dispatch.Host {
 	h.t.Helper()
 	h.nhost++
 	if spec.Name == "" {
@@ -129,7 +129,7 @@ func (h *harness) load(id string) dispatch.Host {
 	return d
 }
 
-func (h *harness) job(js farmtest.JobSpec) farmtest.Job {
+func (h *harness) job(js farmseed.JobSpec) farmseed.Job {
 	h.t.Helper()
 	js.Show, js.Facility = h.show, h.facility
 	if js.Name == "" {
@@ -141,13 +141,13 @@ func (h *harness) job(js farmtest.JobSpec) farmtest.Job {
 		}
 	}
 	j := must2(h.seed.Job(context.Background(), js))(h.t)
-	if err := farmtest.SeedAccounting(context.Background(), h.pool, h.pub, h.show.ID); err != nil {
+	if err := farmseed.SeedAccounting(context.Background(), h.pool, h.pub, h.show.ID); err != nil {
 		h.t.Fatal(err)
 	}
 	return j
 }
 
-func (h *harness) layers(j farmtest.Job) []*jobs.Layer {
+func (h *harness) layers(j farmseed.Job) []*jobs.Layer {
 	h.t.Helper()
 	ls, err := jobs.Layers(context.Background(), h.pool, jobs.LayerQuery{JobID: j.ID, Tags: []string{"general"}, FramesPerLayer: 50})
 	if err != nil {
@@ -193,9 +193,9 @@ func (h *harness) checkBooked(want int64) {
 func TestDispatchBooksAndLaunches(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	host := h.host(farmtest.HostSpec{Cores: 8, MemKB: 32 * farmtest.GB, OS: "rocky9"})
+	host := h.host(farmseed.HostSpec{Cores: 8, MemKB: 32 * farmseed.GB, OS: "rocky9"})
 	uid := 4242
-	j := h.job(farmtest.JobSpec{UID: uid, Layers: []farmtest.LayerSpec{{Name: "render", Frames: 4, NotThreadable: true, MemKB: 2 * farmtest.GB,
+	j := h.job(farmseed.JobSpec{UID: uid, Layers: []farmseed.LayerSpec{{Name: "render", Frames: 4, NotThreadable: true, MemKB: 2 * farmseed.GB,
 		Command: "render -f #IFRAME# -l #LAYER#", Env: map[string]string{"FOO": "bar"}}}})
 	l := h.layers(j)[0]
 
@@ -203,17 +203,17 @@ func TestDispatchBooksAndLaunches(t *testing.T) {
 	if res.Err != nil || res.Stop != dispatch.Done || len(res.Dispatched) != 4 || res.CoresBooked != 400 {
 		t.Fatalf("result = %+v", res)
 	}
-	if res.Host.IdleCores != 400 || res.Host.IdleMemKB != 24*farmtest.GB {
+	if res.Host.IdleCores != 400 || res.Host.IdleMemKB != 24*farmseed.GB {
 		t.Fatalf("host after = %+v", res.Host.Host)
 	}
 	// Postgres: frames RUNNING on the host, version bumped, procs, host.
 	if n := h.count(`SELECT count(*) FROM frame WHERE pk_layer = $1 AND str_state = 'RUNNING' AND str_host = $2
-		AND int_version = 1 AND int_cores = 100 AND int_mem_reserved = $3 AND int_retries = 0`, l.ID, host.Name, 2*farmtest.GB); n != 4 {
+		AND int_version = 1 AND int_cores = 100 AND int_mem_reserved = $3 AND int_retries = 0`, l.ID, host.Name, 2*farmseed.GB); n != 4 {
 		t.Fatalf("%d frames running as booked, want 4", n)
 	}
 	if n := h.count(`SELECT count(*) FROM proc WHERE pk_layer = $1 AND pk_host = $2 AND pk_job = $3 AND pk_show = $4
 		AND int_cores_reserved = 100 AND int_mem_reserved = $5 AND int_mem_pre_reserved = $5 AND int_mem_used = 262144 AND NOT b_local`,
-		l.ID, host.ID, j.ID, h.show.ID, 2*farmtest.GB); n != 4 {
+		l.ID, host.ID, j.ID, h.show.ID, 2*farmseed.GB); n != 4 {
 		t.Fatalf("%d procs as booked, want 4", n)
 	}
 	if n := h.count(`SELECT int_cores_idle FROM host WHERE pk_host = $1`, host.ID); n != 400 {
@@ -249,8 +249,8 @@ func TestDispatchBooksAndLaunches(t *testing.T) {
 		if launch.Host != host.Name || !launch.Started || !procs[rf.ResourceId] {
 			t.Fatalf("launch %+v", launch)
 		}
-		if rf.NumCores != 100 || rf.GetUid() != int32(uid) || rf.Os != "rocky9" || rf.SoftMemoryLimit != 2*farmtest.GB*16/10 ||
-			rf.HardMemoryLimit != 4*farmtest.GB || rf.Environment["FOO"] != "bar" || rf.Environment["CUE_THREADABLE"] != "0" {
+		if rf.NumCores != 100 || rf.GetUid() != int32(uid) || rf.Os != "rocky9" || rf.SoftMemoryLimit != 2*farmseed.GB*16/10 ||
+			rf.HardMemoryLimit != 4*farmseed.GB || rf.Environment["FOO"] != "bar" || rf.Environment["CUE_THREADABLE"] != "0" {
 			t.Fatalf("run frame %v", rf)
 		}
 		want := "render -f " + rf.Environment["CUE_IFRAME"] + " -l render"
@@ -263,8 +263,8 @@ func TestDispatchBooksAndLaunches(t *testing.T) {
 func TestDispatchStopsWhenHostIsFull(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	host := h.host(farmtest.HostSpec{Cores: 16, MemKB: 32 * farmtest.GB})
-	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 6, NotThreadable: true, MemKB: 10 * farmtest.GB}}})
+	host := h.host(farmseed.HostSpec{Cores: 16, MemKB: 32 * farmseed.GB})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 6, NotThreadable: true, MemKB: 10 * farmseed.GB}}})
 	l := h.layers(j)[0]
 	res := h.d.Dispatch(context.Background(), l, l.Frames, host)
 	if res.Stop != dispatch.HostFull || len(res.Dispatched) != 3 {
@@ -281,9 +281,9 @@ func TestDispatchStopsWhenHostIsFull(t *testing.T) {
 func TestDispatchRedisCapStops(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	host := h.host(farmtest.HostSpec{Cores: 32})
+	host := h.host(farmseed.HostSpec{Cores: 32})
 	folder := h.must(h.seed.Folder(context.Background(), h.show, "capped", 3, -1))
-	j := h.job(farmtest.JobSpec{Folder: folder, Layers: []farmtest.LayerSpec{{Frames: 6, NotThreadable: true}}})
+	j := h.job(farmseed.JobSpec{Folder: folder, Layers: []farmseed.LayerSpec{{Frames: 6, NotThreadable: true}}})
 	l := h.layers(j)[0]
 	res := h.d.Dispatch(context.Background(), l, l.Frames, host)
 	if res.Stop != dispatch.Capped || res.Limit == nil || res.Limit.Table != publisher.TableFolder || len(res.Dispatched) != 3 {
@@ -301,8 +301,8 @@ func TestDispatchRedisCapStops(t *testing.T) {
 func TestDispatchJobBudgetClampsThreadable(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	host := h.host(farmtest.HostSpec{Cores: 16, ThreadMode: reserve.All})
-	j := h.job(farmtest.JobSpec{MaxCores: 5, Layers: []farmtest.LayerSpec{{Frames: 3}}})
+	host := h.host(farmseed.HostSpec{Cores: 16, ThreadMode: reserve.All})
+	j := h.job(farmseed.JobSpec{MaxCores: 5, Layers: []farmseed.LayerSpec{{Frames: 3}}})
 	l := h.layers(j)[0]
 	res := h.d.Dispatch(context.Background(), l, l.Frames, host)
 	// Thread mode ALL would take all 16 cores; the job has 5.
@@ -315,10 +315,10 @@ func TestDispatchJobBudgetClampsThreadable(t *testing.T) {
 func TestDispatchLimitRecord(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	host := h.host(farmtest.HostSpec{Cores: 32})
+	host := h.host(farmseed.HostSpec{Cores: 32})
 	lim := h.must(h.seed.Limit(context.Background(), "licence", 3))
-	a := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 5, NotThreadable: true, Limits: []string{lim}}}})
-	b := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 5, NotThreadable: true, Limits: []string{lim}}}})
+	a := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 5, NotThreadable: true, Limits: []string{lim}}}})
+	b := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 5, NotThreadable: true, Limits: []string{lim}}}})
 	la, lb := h.layers(a)[0], h.layers(b)[0]
 	res := h.d.Dispatch(context.Background(), la, la.Frames, host)
 	if res.Stop != dispatch.LimitReached || len(res.Dispatched) != 3 {
@@ -340,8 +340,8 @@ func TestDispatchLimitRecord(t *testing.T) {
 func TestDispatchLostRacesAndGuards(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	host := h.host(farmtest.HostSpec{Cores: 32})
-	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 4, NotThreadable: true}}})
+	host := h.host(farmseed.HostSpec{Cores: 32})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 4, NotThreadable: true}}})
 	l := h.layers(j)[0]
 	// Frame 0 was re-versioned (retried elsewhere), frame 1 is running.
 	h.exec(`UPDATE frame SET int_version = 7 WHERE pk_frame = $1`, l.Frames[0].ID)
@@ -356,7 +356,7 @@ func TestDispatchLostRacesAndGuards(t *testing.T) {
 	h.checkBooked(2)
 
 	// A show that stopped being managed is never booked.
-	j2 := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 2, NotThreadable: true}}})
+	j2 := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 2, NotThreadable: true}}})
 	l2 := h.layers(j2)[0]
 	h.exec(`UPDATE show SET b_scheduler_managed = false WHERE pk_show = $1`, h.show.ID)
 	res = h.d.Dispatch(context.Background(), l2, l2.Frames, res.Host)
@@ -378,8 +378,8 @@ func TestDispatchLostRacesAndGuards(t *testing.T) {
 func TestDispatchHostStale(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	host := h.host(farmtest.HostSpec{Cores: 8})
-	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 4, NotThreadable: true}}})
+	host := h.host(farmseed.HostSpec{Cores: 8})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 4, NotThreadable: true}}})
 	l := h.layers(j)[0]
 	// Someone else booked the host meanwhile; the cached copy is stale.
 	h.exec(`UPDATE host SET int_cores_idle = 200 WHERE pk_host = $1`, host.ID)
@@ -399,9 +399,9 @@ func TestDispatchHostStale(t *testing.T) {
 func TestDispatchLaunchFailureCompensatesOnce(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	host := h.host(farmtest.HostSpec{Cores: 8, MemKB: 16 * farmtest.GB})
+	host := h.host(farmseed.HostSpec{Cores: 8, MemKB: 16 * farmseed.GB})
 	h.fake.SetHost(host.Name, fakerqd.Behavior{Mode: fakerqd.Unreachable})
-	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 3, NotThreadable: true}}})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 3, NotThreadable: true}}})
 	l := h.layers(j)[0]
 	res := h.d.Dispatch(context.Background(), l, l.Frames, host)
 	if len(res.Dispatched) != 0 || len(res.LaunchFailed) != 3 {
@@ -437,8 +437,8 @@ func TestDispatchLaunchFailureCompensatesOnce(t *testing.T) {
 func TestDispatchDryRun(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *dispatch.Config) { c.DryRun = true })
-	host := h.host(farmtest.HostSpec{Cores: 8})
-	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 2, NotThreadable: true}}})
+	host := h.host(farmseed.HostSpec{Cores: 8})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 2, NotThreadable: true}}})
 	l := h.layers(j)[0]
 	res := h.d.Dispatch(context.Background(), l, l.Frames, host)
 	if len(res.Dispatched) != 2 || len(h.fake.Launches()) != 0 {
@@ -453,10 +453,10 @@ func TestDispatchConcurrentClaims(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	const hosts, frames = 8, 40
-	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: frames, NotThreadable: true}}})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: frames, NotThreadable: true}}})
 	var hs []dispatch.Host
 	for i := 0; i < hosts; i++ {
-		hs = append(hs, h.host(farmtest.HostSpec{Cores: 64}))
+		hs = append(hs, h.host(farmseed.HostSpec{Cores: 64}))
 	}
 	l := h.layers(j)[0]
 	var wg sync.WaitGroup
@@ -519,12 +519,12 @@ func (p *pauseOnBook) Book(ctx context.Context, b publisher.Booking) (publisher.
 func TestDispatchJobPausedOrKilledBeforeTheClaim(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	host := h.host(farmtest.HostSpec{Cores: 16, MemKB: 32 * farmtest.GB})
+	host := h.host(farmseed.HostSpec{Cores: 16, MemKB: 32 * farmseed.GB})
 	rqd := rqdclient.New(rqdclient.Options{Resolve: h.fake.Resolve, RequestTimeout: 5 * time.Second})
 	t.Cleanup(func() { rqd.Close() })
-	cfg := dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144, StrandedMemKB: 2 * farmtest.GB, SoftLimit: 1.6, HardLimit: 2}
+	cfg := dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144, StrandedMemKB: 2 * farmseed.GB, SoftLimit: 1.6, HardLimit: 2}
 
-	nothingStarted := func(what string, j farmtest.Job, l *jobs.Layer, res dispatch.Result) {
+	nothingStarted := func(what string, j farmseed.Job, l *jobs.Layer, res dispatch.Result) {
 		t.Helper()
 		if res.Stop != dispatch.JobStopped || res.Err != nil || len(res.Dispatched) != 0 || len(res.Claimed) != 0 ||
 			len(res.LaunchFailed) != 0 || res.CoresBooked != 0 {
@@ -558,13 +558,13 @@ func TestDispatchJobPausedOrKilledBeforeTheClaim(t *testing.T) {
 	}
 
 	// Killed (no longer PENDING) after the pending query read it.
-	j2 := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 2, NotThreadable: true}}})
+	j2 := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 2, NotThreadable: true}}})
 	l2 := h.layers(j2)[0]
 	h.exec(`UPDATE job SET str_state = 'FINISHED' WHERE pk_job = $1`, j2.ID)
 	nothingStarted("killed", j2, l2, h.d.Dispatch(context.Background(), l2, l2.Frames, host))
 
 	// Paused after the Redis bookings, before the claim.
-	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 3, NotThreadable: true}}})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 3, NotThreadable: true}}})
 	l := h.layers(j)[0]
 	acct := &pauseOnBook{Accounting: h.pub, stop: func() { h.exec(`UPDATE job SET b_paused = true WHERE pk_job = $1`, j.ID) }}
 	d := dispatch.New(h.pool, acct, rqd, cfg, dispatch.Options{Registerer: prometheus.NewRegistry()})

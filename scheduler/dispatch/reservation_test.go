@@ -11,8 +11,8 @@ import (
 
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/dispatch"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/rqdclient"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 )
 
 type ownerRecorder struct {
@@ -48,10 +48,10 @@ func TestDispatchHonoursReservations(t *testing.T) {
 	rqd := rqdclient.New(rqdclient.Options{Resolve: h.fake.Resolve, RequestTimeout: 5 * time.Second})
 	t.Cleanup(func() { rqd.Close() })
 	rec := &ownerRecorder{}
-	d := dispatch.New(h.pool, h.pub, rqd, dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144, StrandedMemKB: 2 * farmtest.GB},
+	d := dispatch.New(h.pool, h.pub, rqd, dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144, StrandedMemKB: 2 * farmseed.GB},
 		dispatch.Options{Registerer: prometheus.NewRegistry(), Reservations: rec})
-	host := h.host(farmtest.HostSpec{Cores: 8, MemKB: 32 * farmtest.GB})
-	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Name: "render", Frames: 6, NotThreadable: true, MemKB: farmtest.GB}}})
+	host := h.host(farmseed.HostSpec{Cores: 8, MemKB: 32 * farmseed.GB})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Name: "render", Frames: 6, NotThreadable: true, MemKB: farmseed.GB}}})
 	l := h.layers(j)[0]
 	ctx := context.Background()
 

@@ -6,23 +6,23 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
 	"github.com/cuesched/cuesched/scheduler/explain"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 // newFarm is a fresh Cuebot database, a pool on it and a seeder.
-func newFarm(t *testing.T) (*pgxpool.Pool, *farmtest.Seeder) {
+func newFarm(t *testing.T) (*pgxpool.Pool, *farmseed.Seeder) {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), migrationstest.Database(t))
+	pool, err := pgxpool.New(context.Background(), cuebotdb.Database(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return pool, &farmtest.Seeder{DB: pool}
+	return pool, &farmseed.Seeder{DB: pool}
 }
 
 func must[T any](t *testing.T) func(T, error) T {
@@ -41,7 +41,7 @@ func TestEveryReason(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, s := newFarm(t)
-	str, show, job := must[string](t), must[farmtest.Show](t), must[farmtest.Job](t)
+	str, show, job := must[string](t), must[farmseed.Show](t), must[farmseed.Job](t)
 
 	fac := str(s.Facility(ctx, "f1"))
 	sh := show(s.Show(ctx, "alpha", true))
@@ -51,11 +51,11 @@ func TestEveryReason(t *testing.T) {
 	str(s.Subscribe(ctx, sh, alloc, 100, 100))
 	str(s.Subscribe(ctx, other, alloc, 1, 1))
 	str(s.Subscribe(ctx, legacy, alloc, 100, 100))
-	cpu := str(s.Host(ctx, farmtest.HostSpec{Name: "cpu1", Alloc: alloc, AllocTag: "general", Cores: 8, MemKB: 32 * farmtest.GB}))
-	gpu := str(s.Host(ctx, farmtest.HostSpec{Name: "gpu1", Alloc: alloc, AllocTag: "general", Cores: 8, MemKB: 32 * farmtest.GB,
-		GPUs: 1, GPUMemKB: 8 * farmtest.GB}))
+	cpu := str(s.Host(ctx, farmseed.HostSpec{Name: "cpu1", Alloc: alloc, AllocTag: "general", Cores: 8, MemKB: 32 * farmseed.GB}))
+	gpu := str(s.Host(ctx, farmseed.HostSpec{Name: "gpu1", Alloc: alloc, AllocTag: "general", Cores: 8, MemKB: 32 * farmseed.GB,
+		GPUs: 1, GPUMemKB: 8 * farmseed.GB}))
 
-	general := func(name string, ls farmtest.LayerSpec) farmtest.LayerSpec {
+	general := func(name string, ls farmseed.LayerSpec) farmseed.LayerSpec {
 		ls.Name = name
 		if ls.Tags == nil {
 			ls.Tags = []string{"general"}
@@ -65,41 +65,41 @@ func TestEveryReason(t *testing.T) {
 		}
 		return ls
 	}
-	one := func(js farmtest.JobSpec, ls farmtest.LayerSpec) farmtest.Job {
+	one := func(js farmseed.JobSpec, ls farmseed.LayerSpec) farmseed.Job {
 		t.Helper()
 		if js.Show.ID == "" {
 			js.Show = sh
 		}
 		js.Facility = fac
-		js.Layers = []farmtest.LayerSpec{general(js.Name, ls)}
+		js.Layers = []farmseed.LayerSpec{general(js.Name, ls)}
 		return job(s.Job(ctx, js))
 	}
 	run := func(host, frame string, cores, gpus int) {
 		t.Helper()
-		str(s.Proc(ctx, farmtest.ProcSpec{Host: host, Frame: frame, Cores: cores, MemKB: farmtest.GB, GPUs: gpus}))
+		str(s.Proc(ctx, farmseed.ProcSpec{Host: host, Frame: frame, Cores: cores, MemKB: farmseed.GB, GPUs: gpus}))
 	}
 
-	one(farmtest.JobSpec{Name: "held", Paused: true}, farmtest.LayerSpec{})
-	dep := one(farmtest.JobSpec{Name: "depend"}, farmtest.LayerSpec{})
+	one(farmseed.JobSpec{Name: "held", Paused: true}, farmseed.LayerSpec{})
+	dep := one(farmseed.JobSpec{Name: "depend"}, farmseed.LayerSpec{})
 	if _, err := pool.Exec(ctx, `UPDATE frame SET str_state = 'DEPEND', int_depend_count = 1 WHERE pk_frame = $1`, dep.Layers[0].Frames[1]); err != nil {
 		t.Fatal(err)
 	}
-	one(farmtest.JobSpec{Name: "nohost"}, farmtest.LayerSpec{Tags: []string{"nowhere"}})
-	one(farmtest.JobSpec{Name: "nofit"}, farmtest.LayerSpec{Cores: 64})
-	one(farmtest.JobSpec{Name: "nofit-os", OS: "rhel9"}, farmtest.LayerSpec{})
-	burst := one(farmtest.JobSpec{Name: "burst", Show: other}, farmtest.LayerSpec{})
+	one(farmseed.JobSpec{Name: "nohost"}, farmseed.LayerSpec{Tags: []string{"nowhere"}})
+	one(farmseed.JobSpec{Name: "nofit"}, farmseed.LayerSpec{Cores: 64})
+	one(farmseed.JobSpec{Name: "nofit-os", OS: "rhel9"}, farmseed.LayerSpec{})
+	burst := one(farmseed.JobSpec{Name: "burst", Show: other}, farmseed.LayerSpec{})
 	run(cpu, burst.Layers[0].Frames[0], 1, 0)
 	folder := str(s.Folder(ctx, sh, "capped", 1, -1))
-	fc := one(farmtest.JobSpec{Name: "foldercap", Folder: folder}, farmtest.LayerSpec{})
+	fc := one(farmseed.JobSpec{Name: "foldercap", Folder: folder}, farmseed.LayerSpec{})
 	run(cpu, fc.Layers[0].Frames[0], 1, 0)
-	jc := one(farmtest.JobSpec{Name: "jobcap", MaxCores: 1}, farmtest.LayerSpec{})
+	jc := one(farmseed.JobSpec{Name: "jobcap", MaxCores: 1}, farmseed.LayerSpec{})
 	run(cpu, jc.Layers[0].Frames[0], 1, 0)
 	lim := str(s.Limit(ctx, "nuke", 0))
-	one(farmtest.JobSpec{Name: "limit"}, farmtest.LayerSpec{Limits: []string{lim}})
-	gj := one(farmtest.JobSpec{Name: "capacity"}, farmtest.LayerSpec{GPUs: 1, GPUMemKB: farmtest.GB})
+	one(farmseed.JobSpec{Name: "limit"}, farmseed.LayerSpec{Limits: []string{lim}})
+	gj := one(farmseed.JobSpec{Name: "capacity"}, farmseed.LayerSpec{GPUs: 1, GPUMemKB: farmseed.GB})
 	run(gpu, gj.Layers[0].Frames[0], 1, 1)
-	one(farmtest.JobSpec{Name: "flowing"}, farmtest.LayerSpec{})
-	one(farmtest.JobSpec{Name: "unmanaged", Show: legacy}, farmtest.LayerSpec{})
+	one(farmseed.JobSpec{Name: "flowing"}, farmseed.LayerSpec{})
+	one(farmseed.JobSpec{Name: "unmanaged", Show: legacy}, farmseed.LayerSpec{})
 
 	ls, err := explain.Layers(ctx, pool, "", "", true)
 	if err != nil {
@@ -194,20 +194,20 @@ func TestStrand(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, s := newFarm(t)
-	str, show, job := must[string](t), must[farmtest.Show](t), must[farmtest.Job](t)
+	str, show, job := must[string](t), must[farmseed.Show](t), must[farmseed.Job](t)
 	fac := str(s.Facility(ctx, "f1"))
 	sh := show(s.Show(ctx, "alpha", true))
 	alloc := str(s.Alloc(ctx, fac, "f1.gpu", "gpu"))
 	str(s.Subscribe(ctx, sh, alloc, 100, 100))
-	gpu := str(s.Host(ctx, farmtest.HostSpec{Name: "gpu1", Alloc: alloc, AllocTag: "gpu", Cores: 8, MemKB: 64 * farmtest.GB,
-		GPUs: 1, GPUMemKB: 16 * farmtest.GB}))
-	busy := job(s.Job(ctx, farmtest.JobSpec{Name: "busy", Show: sh, Facility: fac,
-		Layers: []farmtest.LayerSpec{{Name: "busy", Tags: []string{"gpu"}, Frames: 1}}}))
-	str(s.Proc(ctx, farmtest.ProcSpec{Host: gpu, Frame: busy.Layers[0].Frames[0], Cores: 5, MemKB: farmtest.GB}))
-	job(s.Job(ctx, farmtest.JobSpec{Name: "gpujob", Show: sh, Facility: fac,
-		Layers: []farmtest.LayerSpec{{Name: "g", Tags: []string{"gpu"}, Frames: 1, Cores: 4, GPUs: 1, GPUMemKB: farmtest.GB}}}))
-	job(s.Job(ctx, farmtest.JobSpec{Name: "cpujob", Show: sh, Facility: fac,
-		Layers: []farmtest.LayerSpec{{Name: "c", Tags: []string{"gpu"}, Frames: 2}}}))
+	gpu := str(s.Host(ctx, farmseed.HostSpec{Name: "gpu1", Alloc: alloc, AllocTag: "gpu", Cores: 8, MemKB: 64 * farmseed.GB,
+		GPUs: 1, GPUMemKB: 16 * farmseed.GB}))
+	busy := job(s.Job(ctx, farmseed.JobSpec{Name: "busy", Show: sh, Facility: fac,
+		Layers: []farmseed.LayerSpec{{Name: "busy", Tags: []string{"gpu"}, Frames: 1}}}))
+	str(s.Proc(ctx, farmseed.ProcSpec{Host: gpu, Frame: busy.Layers[0].Frames[0], Cores: 5, MemKB: farmseed.GB}))
+	job(s.Job(ctx, farmseed.JobSpec{Name: "gpujob", Show: sh, Facility: fac,
+		Layers: []farmseed.LayerSpec{{Name: "g", Tags: []string{"gpu"}, Frames: 1, Cores: 4, GPUs: 1, GPUMemKB: farmseed.GB}}}))
+	job(s.Job(ctx, farmseed.JobSpec{Name: "cpujob", Show: sh, Facility: fac,
+		Layers: []farmseed.LayerSpec{{Name: "c", Tags: []string{"gpu"}, Frames: 2}}}))
 	for _, c := range []struct {
 		protect bool
 		want    explain.Reason

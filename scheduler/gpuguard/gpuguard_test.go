@@ -8,10 +8,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/gpuguard"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -19,12 +19,12 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 func TestKeepFollowsWaitingGPUWork(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
+	pool, err := pgxpool.New(ctx, cuebotdb.Database(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	s := &farmtest.Seeder{DB: pool}
+	s := &farmseed.Seeder{DB: pool}
 	fac, err := s.Facility(ctx, "f1")
 	if err != nil {
 		t.Fatal(err)
@@ -56,14 +56,14 @@ func TestKeepFollowsWaitingGPUWork(t *testing.T) {
 	}
 	// GPU work of an unmanaged show and of a paused job does not count.
 	n := 0
-	gl := func(cores, gpus int, mem int64) farmtest.LayerSpec {
+	gl := func(cores, gpus int, mem int64) farmseed.LayerSpec {
 		n++
-		return farmtest.LayerSpec{Name: fmt.Sprintf("g%d", n), Tags: []string{"gpu"}, Frames: 2, Cores: cores, GPUs: gpus, MemKB: mem, GPUMemKB: farmtest.GB}
+		return farmseed.LayerSpec{Name: fmt.Sprintf("g%d", n), Tags: []string{"gpu"}, Frames: 2, Cores: cores, GPUs: gpus, MemKB: mem, GPUMemKB: farmseed.GB}
 	}
-	if _, err := s.Job(ctx, farmtest.JobSpec{Name: "legacy-gpu", Show: legacy, Facility: fac, Layers: []farmtest.LayerSpec{gl(2, 1, 4*farmtest.GB)}}); err != nil {
+	if _, err := s.Job(ctx, farmseed.JobSpec{Name: "legacy-gpu", Show: legacy, Facility: fac, Layers: []farmseed.LayerSpec{gl(2, 1, 4*farmseed.GB)}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Job(ctx, farmtest.JobSpec{Name: "paused-gpu", Show: show, Facility: fac, Paused: true, Layers: []farmtest.LayerSpec{gl(2, 1, 4*farmtest.GB)}}); err != nil {
+	if _, err := s.Job(ctx, farmseed.JobSpec{Name: "paused-gpu", Show: show, Facility: fac, Paused: true, Layers: []farmseed.LayerSpec{gl(2, 1, 4*farmseed.GB)}}); err != nil {
 		t.Fatal(err)
 	}
 	refresh()
@@ -71,12 +71,12 @@ func TestKeepFollowsWaitingGPUWork(t *testing.T) {
 		t.Fatalf("only unmanaged or paused GPU work: keep %v, want nothing", k)
 	}
 	// Two waiting GPU layers: the smallest per-GPU share, per idle GPU.
-	if _, err := s.Job(ctx, farmtest.JobSpec{Name: "gpu", Show: show, Facility: fac,
-		Layers: []farmtest.LayerSpec{gl(8, 2, 16*farmtest.GB), gl(6, 1, 8*farmtest.GB)}}); err != nil {
+	if _, err := s.Job(ctx, farmseed.JobSpec{Name: "gpu", Show: show, Facility: fac,
+		Layers: []farmseed.LayerSpec{gl(8, 2, 16*farmseed.GB), gl(6, 1, 8*farmseed.GB)}}); err != nil {
 		t.Fatal(err)
 	}
 	refresh()
-	if k := keep([]string{"general", "gpu"}, 2); k != [2]int64{800, 16 * farmtest.GB} {
+	if k := keep([]string{"general", "gpu"}, 2); k != [2]int64{800, 16 * farmseed.GB} {
 		t.Fatalf("keep on a host with 2 idle GPUs = %v, want 2 × (4 cores, 8 GB)", k)
 	}
 	if k := keep([]string{"general"}, 2); k != [2]int64{} {

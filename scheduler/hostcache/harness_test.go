@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/cuesched/cuesched/shared/replication"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -4,7 +4,6 @@ import (
 	"slices"
 	"time"
 
-
 	"github.com/cuesched/cuesched/shared/cuebot"
 	"github.com/cuesched/cuesched/shared/replication"
 )

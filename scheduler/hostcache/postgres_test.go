@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 )
 
 // Seed rows of the baseline schema (migrations/baseline/0006_seed.sql).
@@ -41,7 +41,7 @@ type pgEnv struct {
 // startPG creates a Cuebot database, runs setup SQL, and starts a cache on it.
 func startPG(t testing.TB, cfg Config, setup func(*pgEnv)) *pgEnv {
 	t.Helper()
-	url := migrationstest.Database(t)
+	url := cuebotdb.Database(t)
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)

@@ -11,20 +11,20 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/jobs"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 type world struct {
 	pool     *pgxpool.Pool
-	seed     *farmtest.Seeder
+	seed     *farmseed.Seeder
 	facility string
 	other    string
-	show     farmtest.Show
+	show     farmseed.Show
 	alloc    string
 	host     string
 }
@@ -32,18 +32,18 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
+	pool, err := pgxpool.New(ctx, cuebotdb.Database(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	w := &world{pool: pool, seed: &farmtest.Seeder{DB: pool}}
+	w := &world{pool: pool, seed: &farmseed.Seeder{DB: pool}}
 	w.facility = must(w.seed.Facility(ctx, "f1"))(t)
 	w.other = must(w.seed.Facility(ctx, "f2"))(t)
 	w.show = must(w.seed.Show(ctx, "show", true))(t)
 	w.alloc = must(w.seed.Alloc(ctx, w.facility, "f1.general", "general"))(t)
 	must(w.seed.Subscribe(ctx, w.show, w.alloc, 100, 100))(t)
-	w.host = must(w.seed.Host(ctx, farmtest.HostSpec{Name: "h1", Alloc: w.alloc, AllocTag: "general", Cores: 64, MemKB: 256 * farmtest.GB}))(t)
+	w.host = must(w.seed.Host(ctx, farmseed.HostSpec{Name: "h1", Alloc: w.alloc, AllocTag: "general", Cores: 64, MemKB: 256 * farmseed.GB}))(t)
 	return w
 }
 
@@ -57,7 +57,7 @@ func must[T any](v T, err error) func(t *testing.T) T {
 	}
 }
 
-func (w *world) job(t *testing.T, js farmtest.JobSpec) farmtest.Job {
+func (w *world) job(t *testing.T, js farmseed.JobSpec) farmseed.Job {
 	t.Helper()
 	if js.Show.ID == "" {
 		js.Show = w.show
@@ -66,7 +66,7 @@ func (w *world) job(t *testing.T, js farmtest.JobSpec) farmtest.Job {
 		js.Facility = w.facility
 	}
 	if js.Layers == nil {
-		js.Layers = []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 3}}
+		js.Layers = []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: 3}}
 	}
 	return must(w.seed.Job(context.Background(), js))(t)
 }
@@ -93,9 +93,9 @@ func TestPendingOrderAndAgeRelief(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	now := time.Now()
-	w.job(t, farmtest.JobSpec{Name: "old-low", Priority: 10, Started: now.Add(-5 * time.Hour)})
-	w.job(t, farmtest.JobSpec{Name: "new-high", Priority: 50, Started: now.Add(-time.Minute)})
-	w.job(t, farmtest.JobSpec{Name: "new-mid", Priority: 30, Started: now.Add(-time.Minute)})
+	w.job(t, farmseed.JobSpec{Name: "old-low", Priority: 10, Started: now.Add(-5 * time.Hour)})
+	w.job(t, farmseed.JobSpec{Name: "new-high", Priority: 50, Started: now.Add(-time.Minute)})
+	w.job(t, farmseed.JobSpec{Name: "new-mid", Priority: 30, Started: now.Add(-time.Minute)})
 
 	if got := w.pending(t, 0); !slices.Equal(got, []string{"new-high", "new-mid", "old-low"}) {
 		t.Fatalf("strict priority order = %v", got)
@@ -114,20 +114,20 @@ func TestPendingFilters(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	ctx := context.Background()
-	w.job(t, farmtest.JobSpec{Name: "ok"})
-	w.job(t, farmtest.JobSpec{Name: "paused", Paused: true})
-	w.job(t, farmtest.JobSpec{Name: "elsewhere", Facility: w.other})
-	w.job(t, farmtest.JobSpec{Name: "wrong-tag", Layers: []farmtest.LayerSpec{{Tags: []string{"gpu"}, Frames: 1}}})
-	w.job(t, farmtest.JobSpec{Name: "later", Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 1, StartAfter: time.Now().Add(time.Hour)}}})
-	w.job(t, farmtest.JobSpec{Name: "multi-tag", Layers: []farmtest.LayerSpec{{Tags: []string{"gpu", "general"}, Frames: 1}}})
-	capped := w.job(t, farmtest.JobSpec{Name: "job-at-cap", MaxCores: 2})
+	w.job(t, farmseed.JobSpec{Name: "ok"})
+	w.job(t, farmseed.JobSpec{Name: "paused", Paused: true})
+	w.job(t, farmseed.JobSpec{Name: "elsewhere", Facility: w.other})
+	w.job(t, farmseed.JobSpec{Name: "wrong-tag", Layers: []farmseed.LayerSpec{{Tags: []string{"gpu"}, Frames: 1}}})
+	w.job(t, farmseed.JobSpec{Name: "later", Layers: []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: 1, StartAfter: time.Now().Add(time.Hour)}}})
+	w.job(t, farmseed.JobSpec{Name: "multi-tag", Layers: []farmseed.LayerSpec{{Tags: []string{"gpu", "general"}, Frames: 1}}})
+	capped := w.job(t, farmseed.JobSpec{Name: "job-at-cap", MaxCores: 2})
 	folder := must(w.seed.Folder(ctx, w.show, "capped", 2, -1))(t)
-	inFolder := w.job(t, farmtest.JobSpec{Name: "folder-at-cap", Folder: folder})
-	w.job(t, farmtest.JobSpec{Name: "big-layer-folder", Folder: folder, Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Cores: 4}}})
+	inFolder := w.job(t, farmseed.JobSpec{Name: "folder-at-cap", Folder: folder})
+	w.job(t, farmseed.JobSpec{Name: "big-layer-folder", Folder: folder, Layers: []farmseed.LayerSpec{{Tags: []string{"general"}, Cores: 4}}})
 
 	// Two running cores each for the capped job and the folder.
-	must(w.seed.Proc(ctx, farmtest.ProcSpec{Host: w.host, Frame: capped.Layers[0].Frames[0], Cores: 2}))(t)
-	must(w.seed.Proc(ctx, farmtest.ProcSpec{Host: w.host, Frame: inFolder.Layers[0].Frames[0], Cores: 2}))(t)
+	must(w.seed.Proc(ctx, farmseed.ProcSpec{Host: w.host, Frame: capped.Layers[0].Frames[0], Cores: 2}))(t)
+	must(w.seed.Proc(ctx, farmseed.ProcSpec{Host: w.host, Frame: inFolder.Layers[0].Frames[0], Cores: 2}))(t)
 
 	got := w.pending(t, 0)
 	sort.Strings(got)
@@ -175,21 +175,21 @@ func TestPendingCapsAsCuebot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cpu := []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 2}}
-	gpu := []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 2, GPUs: 1}}
-	both := []farmtest.LayerSpec{gpu[0], cpu[0]}
+	cpu := []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: 2}}
+	gpu := []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: 2, GPUs: 1}}
+	both := []farmseed.LayerSpec{gpu[0], cpu[0]}
 
-	w.job(t, farmtest.JobSpec{Name: "control", Layers: cpu})
-	w.job(t, farmtest.JobSpec{Name: "uncapped", MaxCores: farmtest.Uncapped, MaxGPUs: farmtest.Uncapped, Layers: gpu})
+	w.job(t, farmseed.JobSpec{Name: "control", Layers: cpu})
+	w.job(t, farmseed.JobSpec{Name: "uncapped", MaxCores: farmseed.Uncapped, MaxGPUs: farmseed.Uncapped, Layers: gpu})
 	for name, centi := range map[string]int{"job-max-0": 0, "job-max-neg": -100, "job-max-half": 50} {
-		j := w.job(t, farmtest.JobSpec{Name: name, Layers: cpu})
+		j := w.job(t, farmseed.JobSpec{Name: name, Layers: cpu})
 		exec(`UPDATE job_resource SET int_max_cores = $2 WHERE pk_job = $1`, j.ID, centi)
 	}
 	for _, c := range []struct {
 		name   string
-		layers []farmtest.LayerSpec
+		layers []farmseed.LayerSpec
 	}{{"job-gpus-0-gpu", gpu}, {"job-gpus-0-cpu", cpu}, {"job-gpus-0-both", both}} {
-		j := w.job(t, farmtest.JobSpec{Name: c.name, Layers: c.layers})
+		j := w.job(t, farmseed.JobSpec{Name: c.name, Layers: c.layers})
 		must(0, w.seed.SetJobCaps(ctx, j.ID, 10000, 0))(t)
 	}
 
@@ -199,20 +199,20 @@ func TestPendingCapsAsCuebot(t *testing.T) {
 		exec(`UPDATE folder_resource SET int_max_cores = $2, int_max_gpus = $3 WHERE pk_folder = $1`, f, maxCores, maxGPUs)
 		return f
 	}
-	w.job(t, farmtest.JobSpec{Name: "folder-unlimited", Folder: folder("unlimited", -1, -1), Layers: gpu})
-	w.job(t, farmtest.JobSpec{Name: "folder-max-0", Folder: folder("zero", 0, -1), Layers: cpu})
-	w.job(t, farmtest.JobSpec{Name: "folder-max-neg2", Folder: folder("neg2", -2, -1), Layers: cpu})
-	w.job(t, farmtest.JobSpec{Name: "folder-max-neg100", Folder: folder("neg100", -100, -1), Layers: cpu})
+	w.job(t, farmseed.JobSpec{Name: "folder-unlimited", Folder: folder("unlimited", -1, -1), Layers: gpu})
+	w.job(t, farmseed.JobSpec{Name: "folder-max-0", Folder: folder("zero", 0, -1), Layers: cpu})
+	w.job(t, farmseed.JobSpec{Name: "folder-max-neg2", Folder: folder("neg2", -2, -1), Layers: cpu})
+	w.job(t, farmseed.JobSpec{Name: "folder-max-neg100", Folder: folder("neg100", -100, -1), Layers: cpu})
 	noGPUs := folder("no-gpus", -1, 0)
-	w.job(t, farmtest.JobSpec{Name: "folder-gpus-0-gpu", Folder: noGPUs, Layers: gpu})
-	w.job(t, farmtest.JobSpec{Name: "folder-gpus-0-cpu", Folder: noGPUs, Layers: cpu})
+	w.job(t, farmseed.JobSpec{Name: "folder-gpus-0-gpu", Folder: noGPUs, Layers: gpu})
+	w.job(t, farmseed.JobSpec{Name: "folder-gpus-0-cpu", Folder: noGPUs, Layers: cpu})
 	// Strictly below the max: 2 cores running + 1 needed < 3 is false.
 	full := folder("three-full", 300, -1)
-	fj := w.job(t, farmtest.JobSpec{Name: "folder-strict-full", Folder: full, Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 3}}})
-	must(w.seed.Proc(ctx, farmtest.ProcSpec{Host: w.host, Frame: fj.Layers[0].Frames[0], Cores: 2}))(t)
+	fj := w.job(t, farmseed.JobSpec{Name: "folder-strict-full", Folder: full, Layers: []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: 3}}})
+	must(w.seed.Proc(ctx, farmseed.ProcSpec{Host: w.host, Frame: fj.Layers[0].Frames[0], Cores: 2}))(t)
 	room := folder("four-room", 400, -1)
-	rj := w.job(t, farmtest.JobSpec{Name: "folder-strict-room", Folder: room, Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 3}}})
-	must(w.seed.Proc(ctx, farmtest.ProcSpec{Host: w.host, Frame: rj.Layers[0].Frames[0], Cores: 2}))(t)
+	rj := w.job(t, farmseed.JobSpec{Name: "folder-strict-room", Folder: room, Layers: []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: 3}}})
+	must(w.seed.Proc(ctx, farmseed.ProcSpec{Host: w.host, Frame: rj.Layers[0].Frames[0], Cores: 2}))(t)
 
 	got := w.pending(t, 0)
 	sort.Strings(got)
@@ -223,7 +223,7 @@ func TestPendingCapsAsCuebot(t *testing.T) {
 
 	// A cap lowered to 0 while the job waits takes it out; -1 stays
 	// unlimited only for the folder.
-	c := must(w.seed.Job(ctx, farmtest.JobSpec{Name: "lowered", Show: w.show, Facility: w.facility, Layers: cpu}))(t)
+	c := must(w.seed.Job(ctx, farmseed.JobSpec{Name: "lowered", Show: w.show, Facility: w.facility, Layers: cpu}))(t)
 	if got := w.pending(t, 0); !slices.Contains(got, "lowered") {
 		t.Fatalf("pending before lowering = %v", got)
 	}
@@ -240,7 +240,7 @@ func TestLayersJobCapsOfZero(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	ctx := context.Background()
-	j := w.job(t, farmtest.JobSpec{Name: "j", Layers: []farmtest.LayerSpec{
+	j := w.job(t, farmseed.JobSpec{Name: "j", Layers: []farmseed.LayerSpec{
 		{Name: "gpu", Tags: []string{"general"}, Frames: 2, GPUs: 1},
 		{Name: "cpu", Tags: []string{"general"}, Frames: 2},
 	}})
@@ -272,12 +272,12 @@ func TestLayers(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
 	lim := must(w.seed.Limit(ctx, "licence", 3))(t)
-	j := w.job(t, farmtest.JobSpec{
+	j := w.job(t, farmseed.JobSpec{
 		Name: "j", OS: "rocky9", UID: 4242, MaxCores: 100,
 		Env: map[string]string{"A": "job", "B": "job"},
-		Layers: []farmtest.LayerSpec{
-			{Name: "sim", Tags: []string{"general"}, Frames: 30, Cores: 2, MemKB: 3 * farmtest.GB, GPUs: 1,
-				GPUMemKB: farmtest.GB, NotThreadable: true, Services: "houdini, shell", Limits: []string{lim},
+		Layers: []farmseed.LayerSpec{
+			{Name: "sim", Tags: []string{"general"}, Frames: 30, Cores: 2, MemKB: 3 * farmseed.GB, GPUs: 1,
+				GPUMemKB: farmseed.GB, NotThreadable: true, Services: "houdini, shell", Limits: []string{lim},
 				Env: map[string]string{"B": "layer", "C": "layer"}, Command: "sim #IFRAME#", Chunk: 1},
 			{Name: "other-tag", Tags: []string{"gpu"}, Frames: 2},
 			{Name: "later", Tags: []string{"general"}, Frames: 2, StartAfter: time.Now().Add(time.Hour)},
@@ -303,7 +303,7 @@ func TestLayers(t *testing.T) {
 			t.Fatalf("frame %d version/eligible = %d/%v", i, f.Version, f.Eligible)
 		}
 	}
-	if sim.CoresMin != 200 || sim.MemMinKB != 3*farmtest.GB || sim.GPUsMin != 1 || sim.GPUMemMinKB != farmtest.GB || sim.Threadable {
+	if sim.CoresMin != 200 || sim.MemMinKB != 3*farmseed.GB || sim.GPUsMin != 1 || sim.GPUMemMinKB != farmseed.GB || sim.Threadable {
 		t.Fatalf("sim resources = %+v", sim)
 	}
 	if sim.OS != "rocky9" || sim.UID == nil || *sim.UID != 4242 || sim.ShowName != "show" || sim.JobName != "j" {
@@ -335,7 +335,7 @@ func TestLayers(t *testing.T) {
 	if _, err := w.pool.Exec(ctx, `UPDATE job_resource SET int_max_cores = 1000 WHERE pk_job = $1`, j.ID); err != nil {
 		t.Fatal(err)
 	}
-	must(w.seed.Proc(ctx, farmtest.ProcSpec{Host: w.host, Frame: j.Layers[0].Frames[29], Cores: 6}))(t)
+	must(w.seed.Proc(ctx, farmseed.ProcSpec{Host: w.host, Frame: j.Layers[0].Frames[29], Cores: 6}))(t)
 	ls, err = jobs.Layers(ctx, w.pool, jobs.LayerQuery{JobID: j.ID, Tags: []string{"general"}})
 	if err != nil {
 		t.Fatal(err)
@@ -421,7 +421,7 @@ func TestOlderSchemaWithoutStartAfter(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	ctx := context.Background()
-	w.job(t, farmtest.JobSpec{Name: "old"})
+	w.job(t, farmseed.JobSpec{Name: "old"})
 	if s, err := jobs.DetectSchema(ctx, w.pool); err != nil || s != jobs.CurrentSchema {
 		t.Fatalf("DetectSchema on the baseline = %+v, %v", s, err)
 	}
@@ -457,7 +457,7 @@ func TestPendingLottery(t *testing.T) {
 	w := newWorld(t)
 	prio := map[string]int{"p100": 100, "p50": 50, "p10": 10, "p1": 1}
 	for _, n := range []string{"p100", "p50", "p10", "p1"} {
-		w.job(t, farmtest.JobSpec{Name: n, Priority: prio[n]})
+		w.job(t, farmseed.JobSpec{Name: n, Priority: prio[n]})
 	}
 	draw := func(name string, limit int) []string {
 		t.Helper()
@@ -538,13 +538,13 @@ func TestPendingMinCoresFirst(t *testing.T) {
 		"idle-default": {prio: 10, running: 0, min: 1},  // nothing running, the default 1-core minimum
 	}
 	for name, s := range specs {
-		j := w.job(t, farmtest.JobSpec{Name: name, Priority: s.prio,
-			Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 6}}})
+		j := w.job(t, farmseed.JobSpec{Name: name, Priority: s.prio,
+			Layers: []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: 6}}})
 		if _, err := w.pool.Exec(ctx, `UPDATE job_resource SET int_min_cores = $2 WHERE pk_job = $1`, j.ID, s.min*100); err != nil {
 			t.Fatal(err)
 		}
 		if s.running > 0 {
-			must(w.seed.Proc(ctx, farmtest.ProcSpec{Host: w.host, Frame: j.Layers[0].Frames[0], Cores: s.running}))(t)
+			must(w.seed.Proc(ctx, farmseed.ProcSpec{Host: w.host, Frame: j.Layers[0].Frames[0], Cores: s.running}))(t)
 		}
 	}
 	below := []string{"idle-default", "below-low"}

@@ -9,17 +9,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/clusters"
 	"github.com/cuesched/cuesched/scheduler/dispatch"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/jobs"
 	"github.com/cuesched/cuesched/scheduler/matcher"
 	"github.com/cuesched/cuesched/scheduler/reserve"
 	"github.com/cuesched/cuesched/scheduler/rqdclient"
-	"github.com/cuesched/cuesched/scheduler/testdouble/fakerqd"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -28,9 +28,9 @@ type harness struct {
 	t        *testing.T
 	fake     *fakerqd.Server
 	pool     *pgxpool.Pool
-	seed     *farmtest.Seeder
+	seed     *farmseed.Seeder
 	pub      *publisher.Publisher
-	hosts    *farmtest.DBHosts
+	hosts    *farmseed.DBHosts
 	backoff  *jobs.Backoff
 	permits  *matcher.Permits
 	m        *matcher.Matcher
@@ -38,7 +38,7 @@ type harness struct {
 	policy   reserve.Policy
 	facility string
 	alloc    string
-	show     farmtest.Show
+	show     farmseed.Show
 	cluster  *clusters.Cluster
 	n        int
 }
@@ -46,7 +46,7 @@ type harness struct {
 func newHarness(t *testing.T, attempts int) *harness {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
+	pool, err := pgxpool.New(ctx, cuebotdb.Database(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,10 +67,10 @@ func newHarness(t *testing.T, attempts int) *harness {
 	t.Cleanup(fake.Stop)
 	rqd := rqdclient.New(rqdclient.Options{Resolve: fake.Resolve})
 	t.Cleanup(func() { rqd.Close() })
-	policy := reserve.Policy{CoreUnit: 100, StrandedMemKB: 2 * farmtest.GB}
+	policy := reserve.Policy{CoreUnit: 100, StrandedMemKB: 2 * farmseed.GB}
 	d := dispatch.New(pool, pub, rqd, dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144, StrandedMemKB: policy.StrandedMemKB},
 		dispatch.Options{Registerer: prometheus.NewRegistry()})
-	h := &harness{t: t, fake: fake, pool: pool, seed: &farmtest.Seeder{DB: pool}, pub: pub, hosts: farmtest.NewDBHosts(pool),
+	h := &harness{t: t, fake: fake, pool: pool, seed: &farmseed.Seeder{DB: pool}, pub: pub, hosts: farmseed.NewDBHosts(pool),
 		backoff: jobs.NewBackoff(time.Minute, time.Hour), permits: matcher.NewPermits(), disp: d, policy: policy}
 	h.m = matcher.New(pool, h.hosts, d, matcher.Config{Attempts: attempts, FramesPerLayer: 20, Policy: policy},
 		matcher.Options{Registerer: prometheus.NewRegistry(), Backoff: h.backoff, Permits: h.permits})
@@ -97,10 +97,10 @@ func (h *harness) str(s string, err error) string {
 func (h *harness) host(cores int, os string) {
 	h.t.Helper()
 	h.n++
-	h.str(h.seed.Host(context.Background(), farmtest.HostSpec{Name: fmt.Sprintf("h%d", h.n), Alloc: h.alloc, AllocTag: "general", Cores: cores, OS: os}))
+	h.str(h.seed.Host(context.Background(), farmseed.HostSpec{Name: fmt.Sprintf("h%d", h.n), Alloc: h.alloc, AllocTag: "general", Cores: cores, OS: os}))
 }
 
-func (h *harness) job(js farmtest.JobSpec) jobs.Job {
+func (h *harness) job(js farmseed.JobSpec) jobs.Job {
 	h.t.Helper()
 	h.n++
 	js.Show, js.Facility, js.Name = h.show, h.facility, fmt.Sprintf("job%d", h.n)
@@ -108,7 +108,7 @@ func (h *harness) job(js farmtest.JobSpec) jobs.Job {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if err := farmtest.SeedAccounting(context.Background(), h.pool, h.pub, h.show.ID); err != nil {
+	if err := farmseed.SeedAccounting(context.Background(), h.pool, h.pub, h.show.ID); err != nil {
 		h.t.Fatal(err)
 	}
 	return jobs.Job{ID: j.ID, Name: j.Name, ShowID: h.show.ID}
@@ -126,11 +126,11 @@ func (h *harness) process(j jobs.Job) matcher.Outcome {
 	return out
 }
 
-func layer(frames int, tags ...string) farmtest.LayerSpec {
+func layer(frames int, tags ...string) farmseed.LayerSpec {
 	if len(tags) == 0 {
 		tags = []string{"general"}
 	}
-	return farmtest.LayerSpec{Tags: tags, Frames: frames, NotThreadable: true, MemKB: farmtest.GB}
+	return farmseed.LayerSpec{Tags: tags, Frames: frames, NotThreadable: true, MemKB: farmseed.GB}
 }
 
 func TestProcessSpreadsALayerOverHosts(t *testing.T) {
@@ -138,7 +138,7 @@ func TestProcessSpreadsALayerOverHosts(t *testing.T) {
 	h := newHarness(t, 10)
 	h.host(4, "")
 	h.host(4, "")
-	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(10)}})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{layer(10)}})
 	out := h.process(j)
 	if out.Dispatched != 8 || out.Layers != 1 {
 		t.Fatalf("outcome = %+v, want 8 frames on two 4-core hosts", out)
@@ -160,7 +160,7 @@ func TestProcessAttemptsBudget(t *testing.T) {
 	h := newHarness(t, 1)
 	h.host(4, "")
 	h.host(4, "")
-	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(10)}})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{layer(10)}})
 	if out := h.process(j); out.Dispatched != 4 {
 		t.Fatalf("outcome = %+v, want one host's worth with one attempt", out)
 	}
@@ -170,8 +170,8 @@ func TestProcessNoCandidateBacksOff(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 10)
 	h.host(4, "linux")
-	big := farmtest.LayerSpec{Tags: []string{"general"}, Frames: 2, Cores: 16, MemKB: farmtest.GB}
-	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{big}})
+	big := farmseed.LayerSpec{Tags: []string{"general"}, Frames: 2, Cores: 16, MemKB: farmseed.GB}
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{big}})
 	if out := h.process(j); out.Dispatched != 0 || out.Layers != 1 {
 		t.Fatalf("outcome = %+v", out)
 	}
@@ -183,7 +183,7 @@ func TestProcessNoCandidateBacksOff(t *testing.T) {
 		t.Fatalf("backed-off layer worked again: %+v", out)
 	}
 	// OS mismatch is also no candidate.
-	j2 := h.job(farmtest.JobSpec{OS: "rocky9", Layers: []farmtest.LayerSpec{layer(2)}})
+	j2 := h.job(farmseed.JobSpec{OS: "rocky9", Layers: []farmseed.LayerSpec{layer(2)}})
 	if out := h.process(j2); out.Dispatched != 0 {
 		t.Fatalf("frame of an OS-constrained job landed on a host of another OS: %+v", out)
 	}
@@ -193,7 +193,7 @@ func TestProcessSkipsForeignTagsAndHeldPermits(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 10)
 	h.host(8, "")
-	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(2, "gpu"), layer(2)}})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{layer(2, "gpu"), layer(2)}})
 	ls, err := jobs.Layers(context.Background(), h.pool, jobs.LayerQuery{JobID: j.ID, Tags: []string{"general"}})
 	if err != nil || len(ls) != 1 {
 		t.Fatalf("layers = %v, %v", ls, err)
@@ -215,7 +215,7 @@ func TestProcessStopsAtJobCap(t *testing.T) {
 	h := newHarness(t, 10)
 	h.host(8, "")
 	h.host(8, "")
-	j := h.job(farmtest.JobSpec{MaxCores: 3, Layers: []farmtest.LayerSpec{layer(5), layer(5)}})
+	j := h.job(farmseed.JobSpec{MaxCores: 3, Layers: []farmseed.LayerSpec{layer(5), layer(5)}})
 	out := h.process(j)
 	if out.Dispatched != 3 {
 		t.Fatalf("outcome = %+v, want 3 (job cap)", out)
@@ -233,7 +233,7 @@ func TestProcessQuarantinesUnreachableHosts(t *testing.T) {
 	h := newHarness(t, 10)
 	h.host(4, "") // h1..: the first host, picked first by best fit
 	h.fake.SetHost("h1", fakerqd.Behavior{Mode: fakerqd.Unreachable})
-	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(3)}})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{layer(3)}})
 	if out := h.process(j); out.Dispatched != 0 {
 		t.Fatalf("outcome with only an unreachable host = %+v", out)
 	}
@@ -274,8 +274,8 @@ func TestProcessJobBudget(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 10)
 	h.host(16, "")
-	many := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(4), layer(4), layer(4)}})
-	one := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(12)}})
+	many := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{layer(4), layer(4), layer(4)}})
+	one := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{layer(12)}})
 	m := matcher.New(h.pool, h.hosts, h.disp, matcher.Config{Attempts: 10, FramesPerLayer: 20, FramesPerJob: 5, Policy: h.policy},
 		matcher.Options{Registerer: prometheus.NewRegistry(), Backoff: h.backoff, Permits: h.permits})
 	for _, c := range []struct {
@@ -308,7 +308,7 @@ func TestProcessJobBudget(t *testing.T) {
 		t.Fatalf("running per layer in dispatch order = %v, want [4 1 0]", perLayer)
 	}
 	// Without a budget the job books every frame that fits.
-	rest := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(2), layer(2), layer(2)}})
+	rest := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{layer(2), layer(2), layer(2)}})
 	if out := h.process(rest); out.Dispatched != 6 {
 		t.Fatalf("no budget: %+v, want all 6 frames", out)
 	}
@@ -325,8 +325,8 @@ func TestProcessInTurn(t *testing.T) {
 	h.host(16, "")
 	m := matcher.New(h.pool, h.hosts, h.disp, matcher.Config{Attempts: 10, FramesPerLayer: 20, FramesPerJob: 5, Policy: h.policy},
 		matcher.Options{Registerer: prometheus.NewRegistry(), Backoff: h.backoff, Permits: h.permits})
-	first := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(4)}})
-	second := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(4)}})
+	first := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{layer(4)}})
+	second := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{layer(4)}})
 
 	// The second job's turn comes after the first's: started first, it
 	// must not book until the first job has had its pick.
@@ -400,7 +400,7 @@ func TestProcessStopsWhenTheJobIsPaused(t *testing.T) {
 	h := newHarness(t, 10)
 	h.host(8, "")
 	h.host(8, "")
-	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(4), layer(4)}})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{layer(4), layer(4)}})
 	pd := &pausingDispatcher{h: h, job: j.ID}
 	m := matcher.New(h.pool, h.hosts, pd, matcher.Config{Attempts: 10, FramesPerLayer: 20, Policy: h.policy},
 		matcher.Options{Registerer: prometheus.NewRegistry(), Backoff: h.backoff, Permits: h.permits})
@@ -427,7 +427,7 @@ func TestProcessStopsWhenTheJobIsPaused(t *testing.T) {
 type keepGuard struct{ held int }
 
 func (g *keepGuard) Keep(tags []string, idleGPUs int64) (int64, int64) {
-	return 400 * idleGPUs, 8 * farmtest.GB * idleGPUs
+	return 400 * idleGPUs, 8 * farmseed.GB * idleGPUs
 }
 func (g *keepGuard) Held() { g.held++ }
 
@@ -436,12 +436,12 @@ func (g *keepGuard) Held() { g.held++ }
 func TestProcessLeavesIdleGPUsTheirBundle(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 10)
-	h.str(h.seed.Host(context.Background(), farmtest.HostSpec{Name: "gpu1", Alloc: h.alloc, AllocTag: "general", Cores: 8,
-		MemKB: 64 * farmtest.GB, GPUs: 1, GPUMemKB: 16 * farmtest.GB}))
+	h.str(h.seed.Host(context.Background(), farmseed.HostSpec{Name: "gpu1", Alloc: h.alloc, AllocTag: "general", Cores: 8,
+		MemKB: 64 * farmseed.GB, GPUs: 1, GPUMemKB: 16 * farmseed.GB}))
 	g := &keepGuard{}
 	m := matcher.New(h.pool, h.hosts, h.disp, matcher.Config{Attempts: 10, FramesPerLayer: 20, Policy: h.policy},
 		matcher.Options{Registerer: prometheus.NewRegistry(), Backoff: h.backoff, Permits: h.permits, Guard: g})
-	cpu := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(8)}})
+	cpu := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{layer(8)}})
 	out, err := m.Process(context.Background(), h.cluster, cpu)
 	if err != nil {
 		t.Fatal(err)
@@ -449,8 +449,8 @@ func TestProcessLeavesIdleGPUsTheirBundle(t *testing.T) {
 	if out.Dispatched != 4 || g.held == 0 {
 		t.Fatalf("CPU job on an 8-core host with an idle GPU: %+v (held %d), want 4 frames, 4 cores left for the GPU", out, g.held)
 	}
-	gpu := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Name: "g", Tags: []string{"general"}, Frames: 1, Cores: 4,
-		GPUs: 1, GPUMemKB: farmtest.GB, MemKB: farmtest.GB, NotThreadable: true}}})
+	gpu := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Name: "g", Tags: []string{"general"}, Frames: 1, Cores: 4,
+		GPUs: 1, GPUMemKB: farmseed.GB, MemKB: farmseed.GB, NotThreadable: true}}})
 	out, err = m.Process(context.Background(), h.cluster, gpu)
 	if err != nil {
 		t.Fatal(err)

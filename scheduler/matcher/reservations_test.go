@@ -11,9 +11,9 @@ import (
 
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/clusters"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/jobs"
 	"github.com/cuesched/cuesched/scheduler/matcher"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 )
 
 // fakeResv refuses the hosts in reserved (for everyone) and records the
@@ -64,9 +64,9 @@ func TestMatcherHonoursReservations(t *testing.T) {
 		}
 		return out
 	}
-	small := h.str(h.seed.Host(ctx, farmtest.HostSpec{Name: "small", Alloc: h.alloc, AllocTag: "general", Cores: 4}))
+	small := h.str(h.seed.Host(ctx, farmseed.HostSpec{Name: "small", Alloc: h.alloc, AllocTag: "general", Cores: 4}))
 	fr.reserved[small] = true
-	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(2)}})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{layer(2)}})
 	if out := process(j); out.Dispatched != 0 || fr.asked == 0 {
 		t.Fatalf("outcome %+v on the only host, reserved (asked %d)", out, fr.asked)
 	}
@@ -76,7 +76,7 @@ func TestMatcherHonoursReservations(t *testing.T) {
 
 	// Reserved in Redis since (the script's view), not in the matcher's:
 	// the batch is refused there and the frames go to the other host.
-	big := h.str(h.seed.Host(ctx, farmtest.HostSpec{Name: "big", Alloc: h.alloc, AllocTag: "general", Cores: 8}))
+	big := h.str(h.seed.Host(ctx, farmseed.HostSpec{Name: "big", Alloc: h.alloc, AllocTag: "general", Cores: 8}))
 	fr.reserved[small] = false
 	if err := h.pub.Client().HSet(ctx, publisher.ResvHostKey(small), "host", small, "layer", "another-layer", "job", "J",
 		"ready_at", strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10),

@@ -9,11 +9,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuesched/cuesched/scheduler/dispatch"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/hostcache"
 	"github.com/cuesched/cuesched/scheduler/hostcache/matcherhosts"
 	"github.com/cuesched/cuesched/scheduler/matcher"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func TestSpreadRoom(t *testing.T) {
@@ -119,7 +119,7 @@ func TestProcessSpreadsALayerByItsShareOfAHost(t *testing.T) {
 	h.host(64, "")
 	m, c := h.withCache(matcher.Spread{Fraction: 0.25, MinFrames: 8})
 	waitHosts(t, c, 2)
-	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{layer(60)}})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{layer(60)}})
 	out, err := m.Process(context.Background(), h.cluster, j)
 	if err != nil {
 		t.Fatal(err)

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/cuesched/cuesched/scheduler/dispatch"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/matcher"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 )
 
 type flag struct{ moved atomic.Bool }
@@ -18,7 +18,7 @@ func (f *flag) Moved() bool { return f.moved.Load() }
 // watchingHosts is the DB stand-in whose misses carry a watch, like the
 // host cache's.
 type watchingHosts struct {
-	*farmtest.DBHosts
+	*farmseed.DBHosts
 	w *flag
 }
 
@@ -39,8 +39,8 @@ func TestMissWatchReleasesTheBackoff(t *testing.T) {
 	w := &flag{}
 	h.m = matcher.New(h.pool, watchingHosts{h.hosts, w}, h.disp, matcher.Config{Attempts: 10, FramesPerLayer: 20, Policy: h.policy},
 		matcher.Options{Backoff: h.backoff, Permits: h.permits})
-	big := farmtest.LayerSpec{Tags: []string{"general"}, Frames: 2, Cores: 16, MemKB: farmtest.GB}
-	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{big}})
+	big := farmseed.LayerSpec{Tags: []string{"general"}, Frames: 2, Cores: 16, MemKB: farmseed.GB}
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{big}})
 	var nc error = &matcher.NoCandidateError{}
 	if !errors.Is(nc, matcher.ErrNoCandidate) {
 		t.Fatal("NoCandidateError does not match ErrNoCandidate")

@@ -1,7 +1,7 @@
 // Package parity checks cuesched's host eligibility against a reference
 // reading of Cuebot's dispatch rules, pair by pair.
 //
-// One farm is seeded into the Cuebot schema (farmtest): hosts in two
+// One farm is seeded into the Cuebot schema (farmseed): hosts in two
 // facilities, subscribed and unsubscribed allocations, OS lists, thread
 // modes AUTO / ALL / VARIABLE, partly busy hosts, GPU and CPU hosts, MANUAL
 // and HOSTNAME tags, locked and down hosts; and one job per layer (so that
@@ -35,16 +35,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
 	"github.com/cuesched/cuesched/scheduler/clusters"
 	"github.com/cuesched/cuesched/scheduler/dispatch"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/hostcache"
 	"github.com/cuesched/cuesched/scheduler/hostcache/matcherhosts"
 	"github.com/cuesched/cuesched/scheduler/jobs"
 	"github.com/cuesched/cuesched/scheduler/matcher"
 	"github.com/cuesched/cuesched/scheduler/reserve"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -80,7 +80,7 @@ type hostSpec struct {
 	mode          int
 	manual        []string
 	locked, down  bool
-	emptyOSColumn bool // str_os = '' (farmtest writes a default otherwise)
+	emptyOSColumn bool // str_os = '' (farmseed writes a default otherwise)
 }
 
 var hosts = []hostSpec{
@@ -303,7 +303,7 @@ func (h *holding) release() {
 func TestEligibilityMatchesCuebotRules(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := migrationstest.Database(t)
+	url := cuebotdb.Database(t)
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
@@ -313,7 +313,7 @@ func TestEligibilityMatchesCuebotRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	seed := &farmtest.Seeder{DB: pool}
+	seed := &farmseed.Seeder{DB: pool}
 	must := func(s string, err error) string {
 		t.Helper()
 		if err != nil {
@@ -341,10 +341,10 @@ func TestEligibilityMatchesCuebotRules(t *testing.T) {
 		}
 	}
 	for _, h := range hosts {
-		spec := farmtest.HostSpec{Name: h.name, Alloc: allocIDs[h.alloc], AllocTag: allocOf(h.alloc).tag, Cores: h.cores,
-			MemKB: h.memGB * farmtest.GB, GPUs: h.gpus, GPUMemKB: h.gpuMemGB * farmtest.GB, OS: h.os, ThreadMode: h.mode}
+		spec := farmseed.HostSpec{Name: h.name, Alloc: allocIDs[h.alloc], AllocTag: allocOf(h.alloc).tag, Cores: h.cores,
+			MemKB: h.memGB * farmseed.GB, GPUs: h.gpus, GPUMemKB: h.gpuMemGB * farmseed.GB, OS: h.os, ThreadMode: h.mode}
 		for _, m := range h.manual {
-			spec.Tags = append(spec.Tags, farmtest.HostTag{Name: m, Type: "MANUAL"})
+			spec.Tags = append(spec.Tags, farmseed.HostTag{Name: m, Type: "MANUAL"})
 		}
 		if h.locked {
 			spec.LockState = "LOCKED"
@@ -361,9 +361,9 @@ func TestEligibilityMatchesCuebotRules(t *testing.T) {
 		}
 	}
 	for _, l := range layers {
-		_, err := seed.Job(ctx, farmtest.JobSpec{Name: l.name, Show: show, Facility: facilities[l.facility], OS: l.os,
-			Layers: []farmtest.LayerSpec{{Name: l.name, Tags: l.tags, Frames: 2 * len(hosts), Cores: l.cores, CoresSet: true,
-				NotThreadable: !l.threadable, MemKB: l.memGB * farmtest.GB, GPUs: l.gpus, GPUMemKB: l.gpuMemGB * farmtest.GB}}})
+		_, err := seed.Job(ctx, farmseed.JobSpec{Name: l.name, Show: show, Facility: facilities[l.facility], OS: l.os,
+			Layers: []farmseed.LayerSpec{{Name: l.name, Tags: l.tags, Frames: 2 * len(hosts), Cores: l.cores, CoresSet: true,
+				NotThreadable: !l.threadable, MemKB: l.memGB * farmseed.GB, GPUs: l.gpus, GPUMemKB: l.gpuMemGB * farmseed.GB}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -390,7 +390,7 @@ func TestEligibilityMatchesCuebotRules(t *testing.T) {
 	// Every cluster, every job its pending query returns, the matcher.
 	rec := &recorder{got: map[string]map[string]bool{}}
 	hh := &holding{inner: matcherhosts.New(cache)}
-	policy := reserve.Policy{CoreUnit: 100, StrandedMemKB: 2 * farmtest.GB, MinMemKB: 256 * 1024}
+	policy := reserve.Policy{CoreUnit: 100, StrandedMemKB: 2 * farmseed.GB, MinMemKB: 256 * 1024}
 	m := matcher.New(pool, hh, rec, matcher.Config{Attempts: 4 * len(hosts), FramesPerLayer: 2 * len(hosts), Policy: policy},
 		matcher.Options{Registerer: prometheus.NewRegistry(), Backoff: jobs.NewBackoff(time.Minute, time.Hour), Permits: matcher.NewPermits()})
 	cs, err := clusters.Load(ctx, pool, clusters.LoadOptions{})

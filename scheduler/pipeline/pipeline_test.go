@@ -11,37 +11,37 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/clusters"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/pipeline"
-	"github.com/cuesched/cuesched/scheduler/testdouble/fakerqd"
 	"github.com/cuesched/cuesched/shared/config"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 type world struct {
 	pool     *pgxpool.Pool
-	seed     *farmtest.Seeder
+	seed     *farmseed.Seeder
 	pub      *publisher.Publisher
 	rdbURL   string
 	facility string
 	alloc    string
-	show     farmtest.Show
+	show     farmseed.Show
 }
 
 func newWorld(t *testing.T, hosts int) *world {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
+	pool, err := pgxpool.New(ctx, cuebotdb.Database(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	w := &world{pool: pool, seed: &farmtest.Seeder{DB: pool}, rdbURL: testenv.NewRedisDB(t)}
+	w := &world{pool: pool, seed: &farmseed.Seeder{DB: pool}, rdbURL: testenv.NewRedisDB(t)}
 	rdb, err := publisher.NewClient(publisher.ClientConfig{URL: w.rdbURL})
 	if err != nil {
 		t.Fatal(err)
@@ -64,18 +64,18 @@ func newWorld(t *testing.T, hosts int) *world {
 	w.alloc = must(w.seed.Alloc(ctx, w.facility, "spi.general", "general"))
 	must(w.seed.Subscribe(ctx, w.show, w.alloc, 100, 100))
 	for i := 0; i < hosts; i++ {
-		must(w.seed.Host(ctx, farmtest.HostSpec{Name: "h" + string(rune('a'+i)), Alloc: w.alloc, AllocTag: "general", Cores: 4}))
+		must(w.seed.Host(ctx, farmseed.HostSpec{Name: "h" + string(rune('a'+i)), Alloc: w.alloc, AllocTag: "general", Cores: 4}))
 	}
 	return w
 }
 
 func (w *world) job(t *testing.T, name string, frames int) {
 	t.Helper()
-	if _, err := w.seed.Job(context.Background(), farmtest.JobSpec{Name: name, Show: w.show, Facility: w.facility,
-		Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: frames, NotThreadable: true}}}); err != nil {
+	if _, err := w.seed.Job(context.Background(), farmseed.JobSpec{Name: name, Show: w.show, Facility: w.facility,
+		Layers: []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: frames, NotThreadable: true}}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := farmtest.SeedAccounting(context.Background(), w.pool, w.pub, w.show.ID); err != nil {
+	if err := farmseed.SeedAccounting(context.Background(), w.pool, w.pub, w.show.ID); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -97,7 +97,7 @@ func (w *world) scheduler(t *testing.T, cfg config.Config, d pipeline.Deps, real
 	t.Helper()
 	d.Pool = w.pool
 	if d.Hosts == nil && len(realCache) == 0 {
-		d.Hosts = farmtest.NewDBHosts(w.pool)
+		d.Hosts = farmseed.NewDBHosts(w.pool)
 	}
 	if d.Registerer == nil {
 		d.Registerer = prometheus.NewRegistry()
@@ -235,7 +235,7 @@ func TestNewSchedulerErrors(t *testing.T) {
 	w := newWorld(t, 0)
 	cfg := testConfig(w)
 	cfg.Scheduler.Facility = "atlantis"
-	_, err := pipeline.NewScheduler(context.Background(), cfg, pipeline.Deps{Pool: w.pool, Hosts: farmtest.NewDBHosts(w.pool), NoAccounting: true})
+	_, err := pipeline.NewScheduler(context.Background(), cfg, pipeline.Deps{Pool: w.pool, Hosts: farmseed.NewDBHosts(w.pool), NoAccounting: true})
 	if !errors.Is(err, clusters.ErrUnknownFacility) || !strings.Contains(err.Error(), "atlantis") {
 		t.Fatalf("unknown facility: %v", err)
 	}
@@ -247,8 +247,8 @@ func TestNewSchedulerErrors(t *testing.T) {
 func TestSchedulerWithAccountingLaunches(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, 1)
-	if _, err := w.seed.Job(context.Background(), farmtest.JobSpec{Name: "j", Show: w.show, Facility: w.facility,
-		Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 3, NotThreadable: true}}}); err != nil {
+	if _, err := w.seed.Job(context.Background(), farmseed.JobSpec{Name: "j", Show: w.show, Facility: w.facility,
+		Layers: []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: 3, NotThreadable: true}}}); err != nil {
 		t.Fatal(err)
 	}
 	fake, err := fakerqd.Start(fakerqd.Config{Default: fakerqd.Behavior{RunTime: time.Hour}})

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/cuesched/cuesched/publisher"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/pipeline"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 // TestShowTiersNextSlot: two shows of equal subscription on one
@@ -28,12 +28,12 @@ func TestShowTiersNextSlot(t *testing.T) {
 	if _, err := w.seed.Subscribe(ctx, idle, w.alloc, 100, 100); err != nil {
 		t.Fatal(err)
 	}
-	layer := []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 5, NotThreadable: true}}
-	bj, err := w.seed.Job(ctx, farmtest.JobSpec{Name: "busy-job", Show: busy, Facility: w.facility, Layers: layer})
+	layer := []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: 5, NotThreadable: true}}
+	bj, err := w.seed.Job(ctx, farmseed.JobSpec{Name: "busy-job", Show: busy, Facility: w.facility, Layers: layer})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.seed.Job(ctx, farmtest.JobSpec{Name: "idle-job", Show: idle, Facility: w.facility, Layers: layer}); err != nil {
+	if _, err := w.seed.Job(ctx, farmseed.JobSpec{Name: "idle-job", Show: idle, Facility: w.facility, Layers: layer}); err != nil {
 		t.Fatal(err)
 	}
 	var host string
@@ -41,11 +41,11 @@ func TestShowTiersNextSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range bj.Layers[0].Frames[:3] {
-		if _, err := w.seed.Proc(ctx, farmtest.ProcSpec{Host: host, Frame: f, Cores: 1, MemKB: farmtest.GB}); err != nil {
+		if _, err := w.seed.Proc(ctx, farmseed.ProcSpec{Host: host, Frame: f, Cores: 1, MemKB: farmseed.GB}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := farmtest.SeedAccounting(ctx, w.pool, w.pub, busy.ID, idle.ID); err != nil {
+	if err := farmseed.SeedAccounting(ctx, w.pool, w.pub, busy.ID, idle.ID); err != nil {
 		t.Fatal(err)
 	}
 	// The busy show's three cores, as the booking script charged them.

@@ -6,11 +6,11 @@ import (
 	"time"
 
 	"github.com/cuesched/cuesched/scheduler/clusters"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/pipeline"
 	"github.com/cuesched/cuesched/shared/config"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 // Freed capacity wakes exactly the clusters and layers waiting for it.
@@ -34,19 +34,19 @@ func TestFreedCapacityWakesOnlyItsCluster(t *testing.T) {
 	}
 	other := must(w.seed.Alloc(ctx, w.facility, "spi.other", "other"))
 	must(w.seed.Subscribe(ctx, w.show, other, 100, 100))
-	hostA := must(w.seed.Host(ctx, farmtest.HostSpec{Name: "ha", Alloc: w.alloc, AllocTag: "general", Cores: 1}))
-	must(w.seed.Host(ctx, farmtest.HostSpec{Name: "hb", Alloc: other, AllocTag: "other", Cores: 1}))
-	jobA, err := w.seed.Job(ctx, farmtest.JobSpec{Name: "ja", Show: w.show, Facility: w.facility,
-		Layers: []farmtest.LayerSpec{{Name: "la", Tags: []string{"general"}, Frames: 3, NotThreadable: true}}})
+	hostA := must(w.seed.Host(ctx, farmseed.HostSpec{Name: "ha", Alloc: w.alloc, AllocTag: "general", Cores: 1}))
+	must(w.seed.Host(ctx, farmseed.HostSpec{Name: "hb", Alloc: other, AllocTag: "other", Cores: 1}))
+	jobA, err := w.seed.Job(ctx, farmseed.JobSpec{Name: "ja", Show: w.show, Facility: w.facility,
+		Layers: []farmseed.LayerSpec{{Name: "la", Tags: []string{"general"}, Frames: 3, NotThreadable: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobB, err := w.seed.Job(ctx, farmtest.JobSpec{Name: "jb", Show: w.show, Facility: w.facility,
-		Layers: []farmtest.LayerSpec{{Name: "lb", Tags: []string{"other"}, Frames: 3, NotThreadable: true}}})
+	jobB, err := w.seed.Job(ctx, farmseed.JobSpec{Name: "jb", Show: w.show, Facility: w.facility,
+		Layers: []farmseed.LayerSpec{{Name: "lb", Tags: []string{"other"}, Frames: 3, NotThreadable: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := farmtest.SeedAccounting(ctx, w.pool, w.pub, w.show.ID); err != nil {
+	if err := farmseed.SeedAccounting(ctx, w.pool, w.pub, w.show.ID); err != nil {
 		t.Fatal(err)
 	}
 	clusterA := allocCluster(w)

@@ -8,11 +8,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/pipeline"
 	"github.com/cuesched/cuesched/scheduler/rollout"
 	"github.com/cuesched/cuesched/shared/config"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 // walConfig makes every periodic path an hour long (the cluster set's
@@ -125,8 +125,8 @@ func TestFlipIsBookedWithoutAReload(t *testing.T) {
 	if _, err := w.seed.Subscribe(ctx, flipme, w.alloc, 10, 10); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.seed.Job(ctx, farmtest.JobSpec{Name: "t-job", Show: flipme, Facility: w.facility,
-		Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 3, NotThreadable: true}}}); err != nil {
+	if _, err := w.seed.Job(ctx, farmseed.JobSpec{Name: "t-job", Show: flipme, Facility: w.facility,
+		Layers: []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: 3, NotThreadable: true}}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -190,14 +190,14 @@ func TestBurstRaiseIsUsedWithoutAReload(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := newWorld(t, 0)
-	if _, err := w.seed.Host(ctx, farmtest.HostSpec{Name: "big", Alloc: w.alloc, AllocTag: "general", Cores: 16}); err != nil {
+	if _, err := w.seed.Host(ctx, farmseed.HostSpec{Name: "big", Alloc: w.alloc, AllocTag: "general", Cores: 16}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.pool.Exec(ctx, `UPDATE subscription SET int_burst = 200 WHERE pk_show = $1`, w.show.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.seed.Job(ctx, farmtest.JobSpec{Name: "j", Show: w.show, Facility: w.facility,
-		Layers: []farmtest.LayerSpec{{Tags: []string{"general"}, Frames: 8, NotThreadable: true}}}); err != nil {
+	if _, err := w.seed.Job(ctx, farmseed.JobSpec{Name: "j", Show: w.show, Facility: w.facility,
+		Layers: []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: 8, NotThreadable: true}}}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -10,16 +10,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/clusters"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/hostcache"
 	"github.com/cuesched/cuesched/scheduler/jobs"
 	"github.com/cuesched/cuesched/scheduler/matcher"
 	"github.com/cuesched/cuesched/scheduler/reservations"
 	"github.com/cuesched/cuesched/scheduler/reserve"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -31,11 +31,11 @@ type harness struct {
 	ctx      context.Context
 	pool     *pgxpool.Pool
 	rdb      redis.UniversalClient
-	seed     *farmtest.Seeder
+	seed     *farmseed.Seeder
 	cache    *hostcache.Cache
 	facility string
 	alloc    string
-	show     farmtest.Show
+	show     farmseed.Show
 	cluster  *clusters.Cluster
 	hosts    map[string]string // name -> id
 }
@@ -44,7 +44,7 @@ func newHarness(t *testing.T) *harness {
 	t.Helper()
 	t.Parallel()
 	ctx := context.Background()
-	url := migrationstest.Database(t)
+	url := cuebotdb.Database(t)
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +60,7 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rdb.Close() })
-	h := &harness{t: t, ctx: ctx, pool: pool, rdb: rdb, seed: &farmtest.Seeder{DB: pool}, hosts: map[string]string{}}
+	h := &harness{t: t, ctx: ctx, pool: pool, rdb: rdb, seed: &farmseed.Seeder{DB: pool}, hosts: map[string]string{}}
 	h.facility = h.must(h.seed.Facility(ctx, "f1"))
 	h.alloc = h.must(h.seed.Alloc(ctx, h.facility, "f1.general", "general"))
 	sh, err := h.seed.Show(ctx, "show", true)
@@ -109,8 +109,8 @@ func (h *harness) exec(sql string, args ...any) {
 // cache serves it.
 func (h *harness) host(name string, cores int) string {
 	h.t.Helper()
-	id := h.must(h.seed.Host(h.ctx, farmtest.HostSpec{Name: name, Alloc: h.alloc, AllocTag: "general", Cores: cores,
-		MemKB: int64(cores) * 4 * farmtest.GB}))
+	id := h.must(h.seed.Host(h.ctx, farmseed.HostSpec{Name: name, Alloc: h.alloc, AllocTag: "general", Cores: cores,
+		MemKB: int64(cores) * 4 * farmseed.GB}))
 	h.hosts[name] = id
 	h.eventually("the cache serves "+name, func() bool {
 		for _, s := range h.cache.Serving(h.facility, h.show.ID, []string{"general"}, "", true) {
@@ -135,13 +135,13 @@ func (h *harness) eventually(what string, cond func() bool) {
 }
 
 // job seeds a job of one layer.
-func (h *harness) job(name string, priority int, l farmtest.LayerSpec) farmtest.Job {
+func (h *harness) job(name string, priority int, l farmseed.LayerSpec) farmseed.Job {
 	h.t.Helper()
 	if l.Tags == nil {
 		l.Tags = []string{"general"}
 	}
-	j, err := h.seed.Job(h.ctx, farmtest.JobSpec{Name: name, Show: h.show, Facility: h.facility, Priority: priority,
-		MaxCores: farmtest.Uncapped, Layers: []farmtest.LayerSpec{l}})
+	j, err := h.seed.Job(h.ctx, farmseed.JobSpec{Name: name, Show: h.show, Facility: h.facility, Priority: priority,
+		MaxCores: farmseed.Uncapped, Layers: []farmseed.LayerSpec{l}})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -149,14 +149,14 @@ func (h *harness) job(name string, priority int, l farmtest.LayerSpec) farmtest.
 }
 
 // wide seeds a job with a layer of threadable frames of cores cores.
-func (h *harness) wide(name string, cores, frames int) (farmtest.Job, *jobs.Layer) {
+func (h *harness) wide(name string, cores, frames int) (farmseed.Job, *jobs.Layer) {
 	h.t.Helper()
-	j := h.job(name, 50, farmtest.LayerSpec{Name: "sim", Frames: frames, Cores: cores, MemKB: 16 * farmtest.GB})
+	j := h.job(name, 50, farmseed.LayerSpec{Name: "sim", Frames: frames, Cores: cores, MemKB: 16 * farmseed.GB})
 	return j, h.layer(j)
 }
 
 // layer reads the job's (first) layer as the matcher does.
-func (h *harness) layer(j farmtest.Job) *jobs.Layer {
+func (h *harness) layer(j farmseed.Job) *jobs.Layer {
 	h.t.Helper()
 	ls, err := jobs.Layers(h.ctx, h.pool, jobs.LayerQuery{JobID: j.ID, Tags: []string{"general"}, FramesPerLayer: 5})
 	if err != nil {
@@ -169,11 +169,11 @@ func (h *harness) layer(j farmtest.Job) *jobs.Layer {
 }
 
 // fill runs n 1-core frames of job j's layer on host (as if booked).
-func (h *harness) fill(j farmtest.Job, from int, host string, n int) {
+func (h *harness) fill(j farmseed.Job, from int, host string, n int) {
 	h.t.Helper()
 	for i := from; i < from+n; i++ {
-		if _, err := h.seed.Proc(h.ctx, farmtest.ProcSpec{Host: h.hosts[host], Frame: j.Layers[0].Frames[i], Cores: 1,
-			MemKB: farmtest.GB}); err != nil {
+		if _, err := h.seed.Proc(h.ctx, farmseed.ProcSpec{Host: h.hosts[host], Frame: j.Layers[0].Frames[i], Cores: 1,
+			MemKB: farmseed.GB}); err != nil {
 			h.t.Fatal(err)
 		}
 	}
@@ -184,7 +184,7 @@ type managerOpt func(*reservations.Config)
 func (h *harness) manager(instance string, opts ...managerOpt) (*reservations.Manager, *prometheus.Registry) {
 	h.t.Helper()
 	cfg := reservations.Config{Enabled: true, BlockedFor: time.Second, MaxGrants: 8, MaxFraction: 1, Timeout: time.Hour,
-		Interval: 100 * time.Millisecond, Policy: reserve.Policy{CoreUnit: 100, StrandedMemKB: 2 * farmtest.GB}, Seed: 1}
+		Interval: 100 * time.Millisecond, Policy: reserve.Policy{CoreUnit: 100, StrandedMemKB: 2 * farmseed.GB}, Seed: 1}
 	for _, o := range opts {
 		o(&cfg)
 	}

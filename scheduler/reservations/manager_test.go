@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/cuesched/cuesched/publisher"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/jobs"
 	"github.com/cuesched/cuesched/scheduler/reservations"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 )
 
 // A layer blocked for long enough, wide enough, gets one reservation, on
@@ -21,7 +21,7 @@ func TestGrantOnTheHostThatDrainsSoonest(t *testing.T) {
 		h.host(n, 64)
 	}
 	h.host("small", 32) // serves the layer, cannot fit its frame
-	flood := h.job("flood", 50, farmtest.LayerSpec{Name: "render", Frames: 200, NotThreadable: true})
+	flood := h.job("flood", 50, farmseed.LayerSpec{Name: "render", Frames: 200, NotThreadable: true})
 	h.fill(flood, 0, "a", 64)
 	h.fill(flood, 64, "b", 60)
 	h.fill(flood, 124, "c", 62)
@@ -45,7 +45,7 @@ func TestGrantOnTheHostThatDrainsSoonest(t *testing.T) {
 	}
 	r := rs[0]
 	if r.Host != h.hosts["b"] || r.HostName != "b" || r.Layer != wide.ID || r.Job != j.ID || r.JobName != "wide" || r.Show != h.show.ID ||
-		r.Alloc != h.alloc || r.Cores != 6400 || r.MemKB != 16*farmtest.GB || r.GrantedBy != "i1" {
+		r.Alloc != h.alloc || r.Cores != 6400 || r.MemKB != 16*farmseed.GB || r.GrantedBy != "i1" {
 		t.Fatalf("reservation = %+v, want host b (fewest procs) for the wide layer", r)
 	}
 	if d := r.ReadyAt.Sub(before); d < 5*time.Second || d > 15*time.Second {
@@ -112,7 +112,7 @@ func TestNarrowAndStoppedLayersDoNotReserve(t *testing.T) {
 	h := newHarness(t)
 	h.host("big", 128)
 	h.host("a", 64)
-	flood := h.job("flood", 50, farmtest.LayerSpec{Name: "render", Frames: 200, NotThreadable: true})
+	flood := h.job("flood", 50, farmseed.LayerSpec{Name: "render", Frames: 200, NotThreadable: true})
 	h.fill(flood, 0, "big", 128)
 	h.fill(flood, 128, "a", 64)
 	_, narrow := h.wide("narrow", 48, 2) // 48 < 128/2
@@ -144,7 +144,7 @@ func TestReservationEndsWithItsDemand(t *testing.T) {
 	for _, n := range []string{"a", "b", "c", "d"} {
 		h.host(n, 64)
 	}
-	flood := h.job("flood", 50, farmtest.LayerSpec{Name: "render", Frames: 300, NotThreadable: true})
+	flood := h.job("flood", 50, farmseed.LayerSpec{Name: "render", Frames: 300, NotThreadable: true})
 	for i, n := range []string{"a", "b", "c", "d"} {
 		h.fill(flood, i*64, n, 64)
 	}
@@ -225,7 +225,7 @@ func TestTwoSchedulersRaceForOneHost(t *testing.T) {
 	h := newHarness(t)
 	h.host("a", 64)
 	h.host("b", 64)
-	flood := h.job("flood", 50, farmtest.LayerSpec{Name: "render", Frames: 200, NotThreadable: true})
+	flood := h.job("flood", 50, farmseed.LayerSpec{Name: "render", Frames: 200, NotThreadable: true})
 	h.fill(flood, 0, "a", 60) // a drains soonest: both pick it
 	h.fill(flood, 60, "b", 64)
 	_, w1 := h.wide("w1", 64, 2)

@@ -17,12 +17,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cuesched/cuesched/migrations"
-	"github.com/cuesched/cuesched/migrations/migrationstest"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/accounting"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/rollout"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -39,7 +39,7 @@ type farm struct {
 	pool            *pgxpool.Pool
 	rdb             redis.UniversalClient
 	pub             *publisher.Publisher
-	alpha, beta     farmtest.Show
+	alpha, beta     farmseed.Show
 	alloc           string
 	procs           []string
 }
@@ -47,7 +47,7 @@ type farm struct {
 func newFarm(t *testing.T) *farm {
 	t.Helper()
 	ctx := context.Background()
-	f := &farm{dbURL: migrationstest.Database(t), redisURL: testenv.NewRedisDB(t)}
+	f := &farm{dbURL: cuebotdb.Database(t), redisURL: testenv.NewRedisDB(t)}
 	var err error
 	if f.pool, err = pgxpool.New(ctx, f.dbURL); err != nil {
 		t.Fatal(err)
@@ -60,7 +60,7 @@ func newFarm(t *testing.T) *farm {
 	if f.pub, err = publisher.New(f.rdb, publisher.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	s := &farmtest.Seeder{DB: f.pool}
+	s := &farmseed.Seeder{DB: f.pool}
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -79,13 +79,13 @@ func newFarm(t *testing.T) *farm {
 	must(err)
 	_, err = s.Subscribe(ctx, f.beta, f.alloc, 10, 0)
 	must(err)
-	host, err := s.Host(ctx, farmtest.HostSpec{Name: "node1", Alloc: f.alloc, AllocTag: "general", Cores: 16})
+	host, err := s.Host(ctx, farmseed.HostSpec{Name: "node1", Alloc: f.alloc, AllocTag: "general", Cores: 16})
 	must(err)
-	job, err := s.Job(ctx, farmtest.JobSpec{Name: "alpha-job", Show: f.alpha, Facility: fac,
-		Layers: []farmtest.LayerSpec{{Name: "render", Frames: 2}}})
+	job, err := s.Job(ctx, farmseed.JobSpec{Name: "alpha-job", Show: f.alpha, Facility: fac,
+		Layers: []farmseed.LayerSpec{{Name: "render", Frames: 2}}})
 	must(err)
 	for i, c := range []int{3, 2} {
-		p, err := s.Proc(ctx, farmtest.ProcSpec{Host: host, Frame: job.Layers[0].Frames[i], Cores: c, MemKB: farmtest.GB})
+		p, err := s.Proc(ctx, farmseed.ProcSpec{Host: host, Frame: job.Layers[0].Frames[i], Cores: c, MemKB: farmseed.GB})
 		must(err)
 		f.procs = append(f.procs, p)
 	}

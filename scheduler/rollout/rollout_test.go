@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/cuesched/cuesched/publisher"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/rollout"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 )
 
 func TestAppName(t *testing.T) {
@@ -52,7 +52,7 @@ func TestShowListTableAndJSON(t *testing.T) {
 	f := newFarm(t)
 	f.exec(t, `UPDATE show SET b_scheduler_managed = true WHERE pk_show = $1`, f.alpha.ID)
 	// alpha is seeded in Redis with its two procs charged.
-	if err := farmtest.SeedAccounting(ctx, f.pool, f.pub, f.alpha.ID); err != nil {
+	if err := farmseed.SeedAccounting(ctx, f.pool, f.pub, f.alpha.ID); err != nil {
 		t.Fatal(err)
 	}
 	// beta carries a stale marker (not managed).
@@ -69,7 +69,7 @@ func TestShowListTableAndJSON(t *testing.T) {
 	}
 	for i, c := range []int64{300, 200} {
 		if _, err := f.pub.ForceBook(ctx, publisher.Booking{ProcID: f.procs[i], ShowID: f.alpha.ID, AllocID: f.alloc,
-			FolderID: folder, JobID: job, LayerID: layer, DeptID: farmtest.SeedDept, Centicores: c}); err != nil {
+			FolderID: folder, JobID: job, LayerID: layer, DeptID: farmseed.SeedDept, Centicores: c}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/cuesched/cuesched/proto/rqdpb"
 	"github.com/cuesched/cuesched/scheduler/rqdclient"
-	"github.com/cuesched/cuesched/scheduler/testdouble/fakerqd"
+	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
 )
 
 func frame() *rqdpb.RunFrame {

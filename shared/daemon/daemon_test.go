@@ -15,7 +15,7 @@ import (
 
 	"github.com/cuesched/cuesched/shared/config"
 	"github.com/cuesched/cuesched/shared/metrics"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 type lockedBuf struct {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func TestJSONAndLevel(t *testing.T) {

@@ -9,12 +9,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
 	"github.com/cuesched/cuesched/scheduler/clusters"
 	"github.com/cuesched/cuesched/scheduler/dispatch"
 	"github.com/cuesched/cuesched/scheduler/hostcache"
 	"github.com/cuesched/cuesched/scheduler/matcher"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -27,7 +27,7 @@ const (
 )
 
 func TestAdapterAgainstPostgres(t *testing.T) {
-	url := migrationstest.Database(t)
+	url := cuebotdb.Database(t)
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)

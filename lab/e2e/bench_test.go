@@ -1,0 +1,437 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cuesched/cuesched/scheduler/dispatch"
+	"github.com/cuesched/cuesched/scheduler/pipeline"
+	"github.com/cuesched/cuesched/shared/config"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
+)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// BenchmarkEndToEnd measures frames per second through the whole system
+// (scheduler with its host cache and accounting loops, sidecar, fake RQD,
+// Cuebot emulator) on a farm of CUESCHED_BENCH_HOSTS hosts (1,500) and
+// CUESCHED_BENCH_FRAMES waiting frames (20,000), next to pgbench running
+// the dispatcher's own booking transaction (ClaimSQL + HostSQL, the same
+// batch size, as many clients as the scheduler has concurrent passes) on an
+// identical farm in the same run.
+//
+// Metrics: frames/s is end to end (until every frame has run and been
+// completed and released); dispatch_frames/s is the scheduler alone (every
+// frame started, nothing completing meanwhile), the like-for-like number
+// for the pgbench ratio; stmts/frame, rows/frame and blocks/frame are the
+// scheduler's own Postgres statements, rows returned or affected and
+// shared-buffer accesses per dispatched frame from pg_stat_statements (the
+// scheduler connects as its own role so its statements are told apart from
+// the emulator's and the sidecar's), in the scheduler-alone phase.
+func BenchmarkEndToEnd(b *testing.B) {
+	hosts := envInt("CUESCHED_BENCH_HOSTS", 1500)
+	frames := envInt("CUESCHED_BENCH_FRAMES", 20000)
+	for i := 0; i < b.N; i++ {
+		runEndToEndBench(b, hosts, frames)
+	}
+}
+
+type benchFarm struct {
+	show   farmseed.Show   // the first show (pgbench books as it)
+	shows  []farmseed.Show // every managed show
+	frames int
+}
+
+// seedBenchFarm: one facility, two allocations, one managed show with
+// bursts above the farm's size, hosts with enough cores to take every frame
+// at once (16 or more), jobs of two layers of 100 1-core frames.
+func seedBenchFarm(tb testing.TB, pool *pgxpool.Pool, hosts, frames int) benchFarm {
+	tb.Helper()
+	ctx := context.Background()
+	s := &farmseed.Seeder{DB: pool}
+	must := func(v string, err error) string {
+		tb.Helper()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return v
+	}
+	fac := must(s.Facility(ctx, "spi"))
+	allocs := []string{must(s.Alloc(ctx, fac, "spi.general", "general")), must(s.Alloc(ctx, fac, "spi.render", "render"))}
+	tags := []string{"general", "render"}
+	// CUESCHED_BENCH_SHOWS (1) managed shows share the farm, each
+	// subscribed with a burst above it; jobs go to them in turn.
+	var shows []farmseed.Show
+	cores := max(16, (frames+hosts-1)/hosts)
+	for i := 0; i < max(envInt("CUESCHED_BENCH_SHOWS", 1), 1); i++ {
+		name := "bench"
+		if i > 0 {
+			name = fmt.Sprintf("bench%d", i)
+		}
+		show, err := s.Show(ctx, name, true)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, a := range allocs {
+			must(s.Subscribe(ctx, show, a, hosts*cores, hosts*cores))
+		}
+		shows = append(shows, show)
+	}
+	for i := 0; i < hosts; i++ {
+		must(s.Host(ctx, farmseed.HostSpec{Name: fmt.Sprintf("node%05d", i), Alloc: allocs[i%2], AllocTag: tags[i%2],
+			Cores: cores, MemKB: int64(cores) * 4 * farmseed.GB}))
+	}
+	const perLayer = 100
+	jobs := max(frames/(2*perLayer), 1)
+	total := 0
+	for j := 0; j < jobs; j++ {
+		js, err := s.Job(ctx, farmseed.JobSpec{Name: fmt.Sprintf("job%04d", j), Show: shows[j%len(shows)], Facility: fac, Priority: j % 10,
+			MaxCores: -1, Layers: []farmseed.LayerSpec{
+				{Name: "render", Tags: []string{tags[j%2]}, Frames: perLayer, NotThreadable: true, MemKB: farmseed.GB},
+				{Name: "comp", Tags: []string{tags[j%2]}, Frames: perLayer, NotThreadable: true, MemKB: farmseed.GB},
+			}})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		total += js.FrameCount()
+	}
+	return benchFarm{show: shows[0], shows: shows, frames: total}
+}
+
+// benchResult is one phase of the benchmark.
+type benchResult struct {
+	frames     int
+	dispatched time.Duration // until every frame was started
+	drained    time.Duration // until every frame succeeded (end-to-end phase)
+	calls      int64         // the scheduler's statements (pg_stat_statements)
+	rows       int64
+	blocks     int64
+	perBatch   int // average frames per booking transaction
+}
+
+// runBenchPhase runs one scheduler (production defaults) with the sidecar,
+// the fake RQD and the Cuebot emulator over a fresh farm. With endToEnd the
+// frames run 10-50 ms and the phase ends when the queue has drained;
+// otherwise they run for an hour, nothing completes, and the phase ends
+// when every frame has been started (the scheduler alone, with the farm
+// big enough to take every frame at once).
+func runBenchPhase(b *testing.B, hosts, frames int, endToEnd bool) benchResult {
+	ctx := context.Background()
+	e := newEnv(b)
+	if !endToEnd {
+		e.fake.SetDefault(fakerqd.Behavior{RunTime: time.Hour})
+	}
+	seedStart := time.Now()
+	f := seedBenchFarm(b, e.pool, hosts, frames)
+	b.Logf("seeded %d hosts and %d frames in %s", hosts, f.frames, time.Since(seedStart).Round(time.Millisecond))
+	e.farm = &farm{managedFrames: f.frames}
+	for _, sh := range f.shows {
+		e.farm.managedShows = append(e.farm.managedShows, sh.ID)
+	}
+	e.startSidecar()
+
+	// The scheduler connects as its own role, so pg_stat_statements tells
+	// its statements from the emulator's and the sidecar's.
+	role := "sched_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	if _, err := e.pool.Exec(ctx, `CREATE ROLE `+role+` LOGIN SUPERUSER`); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_, _ = e.pool.Exec(context.Background(), `DROP OWNED BY `+role)
+		_, _ = e.pool.Exec(context.Background(), `DROP ROLE IF EXISTS `+role)
+	})
+	if _, err := e.pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		b.Fatal(err)
+	}
+	pc, err := pgxpool.ParseConfig(strings.Replace(e.dbURL, "postgres@", role+"@", 1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Production defaults: the benchmark measures the scheduler as shipped,
+	// unless CUESCHED_<SECTION>_<KEY> variables override a setting (to
+	// compare a placement option with round 1's behaviour, e.g.
+	// CUESCHED_QUEUE_SHOW_TIERS=false).
+	cfg, err := config.Load("", os.Getenv)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.Metrics.Listen = ""
+	cfg.Scheduler.Facility = "spi"
+	pc.MaxConns = int32(cfg.Database.PoolSize)
+	if os.Getenv("CUESCHED_BENCH_AUTO_EXPLAIN") != "" {
+		// Diagnostics: plans of the scheduler's slow statements (and of the
+		// triggers they fire) go to the server log. Point
+		// CUESCHED_TEST_PG_URL at a server whose log you can read.
+		pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			for _, q := range []string{"LOAD 'auto_explain'", "SET auto_explain.log_min_duration = '20ms'",
+				"SET auto_explain.log_analyze = on", "SET auto_explain.log_buffers = on",
+				"SET auto_explain.log_nested_statements = on"} {
+				if _, err := c.Exec(ctx, q); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	schedPool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer schedPool.Close()
+	if _, err := e.pool.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
+		b.Fatal(err)
+	}
+
+	reg := prometheus.NewRegistry()
+	s, err := pipeline.NewScheduler(ctx, cfg, pipeline.Deps{Pool: schedPool, Redis: e.rdb,
+		RQDResolve: e.fake.Resolve, Logger: e.log.Named("bench"), Registerer: reg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	r := benchResult{frames: f.frames}
+	start := time.Now()
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx) }()
+	for {
+		left := e.count(`SELECT count(*) FROM frame WHERE str_state = 'WAITING' OR int_version = 0`)
+		if left == 0 && r.dispatched == 0 {
+			r.dispatched = time.Since(start)
+			if !endToEnd {
+				break
+			}
+		}
+		if endToEnd && e.count(`SELECT count(*) FROM frame WHERE str_state <> 'SUCCEEDED'`) == 0 && e.count(`SELECT count(*) FROM proc`) == 0 {
+			r.drained = time.Since(start)
+			break
+		}
+		if time.Since(start) > 20*time.Minute {
+			b.Fatalf("not done after 20 minutes: %d frames waiting", left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
+
+	if err := e.pool.QueryRow(ctx, `SELECT COALESCE(sum(calls),0)::bigint, COALESCE(sum(rows),0)::bigint,
+		COALESCE(sum(shared_blks_hit + shared_blks_read),0)::bigint
+		FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
+		WHERE r.rolname = $1 AND s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`, role).Scan(&r.calls, &r.rows, &r.blocks); err != nil {
+		b.Fatal(err)
+	}
+	if rows, err := e.pool.Query(ctx, `SELECT calls, rows, shared_blks_hit + shared_blks_read, round(total_exec_time)::bigint,
+		left(regexp_replace(query, '\s+', ' ', 'g'), 80)
+		FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
+		WHERE r.rolname = $1 ORDER BY total_exec_time DESC LIMIT 6`, role); err == nil {
+		for rows.Next() {
+			var c, n, bl, ms int64
+			var q string
+			if rows.Scan(&c, &n, &bl, &ms, &q) == nil {
+				b.Logf("  pg_stat_statements: calls=%d rows=%d blocks=%d time=%dms %s", c, n, bl, ms, q)
+			}
+		}
+		rows.Close()
+	}
+	batches := counters(b, reg, "scheduler_dispatch_batches_total", "stop")
+	var nbatch float64
+	for stop, n := range batches {
+		if stop != dispatch.Failed.String() && stop != dispatch.HostStale.String() && stop != dispatch.NotSeeded.String() {
+			nbatch += n
+		}
+	}
+	r.perBatch = max(int(float64(f.frames)/max(nbatch, 1)+0.5), 1)
+	var means []string
+	for _, h := range []string{"scheduler_dispatch_batch_duration_seconds", "scheduler_dispatch_transaction_duration_seconds",
+		"scheduler_accounting_booking_duration_seconds", "scheduler_rqd_launch_duration_seconds", "scheduler_job_query_duration_seconds"} {
+		if n, mean := histMean(b, reg, h); n > 0 {
+			means = append(means, fmt.Sprintf("%s: n=%d mean=%.2fms", strings.TrimPrefix(h, "scheduler_"), n, mean*1000))
+		}
+	}
+	b.Logf("  latencies: %s", strings.Join(means, "; "))
+	b.Logf("  %d frames started in %s (%.0f frames/s), drained in %s; %.0f batches (~%d frames each) %v",
+		f.frames, r.dispatched.Round(time.Millisecond), float64(f.frames)/r.dispatched.Seconds(),
+		r.drained.Round(time.Millisecond), nbatch, r.perBatch, batches)
+	return r
+}
+
+func runEndToEndBench(b *testing.B, hosts, frames int) {
+	b.Log("phase 1: the scheduler alone (every frame fits at once, none completes)")
+	solo := runBenchPhase(b, hosts, frames, false)
+	if os.Getenv("CUESCHED_BENCH_PHASE1_ONLY") != "" {
+		b.ReportMetric(float64(solo.frames)/solo.dispatched.Seconds(), "dispatch_frames/s")
+		b.ReportMetric(float64(solo.calls)/float64(solo.frames), "stmts/frame")
+		return
+	}
+	b.Log("phase 2: end to end (frames run 10-50 ms, the emulator completes them, the sidecar releases them)")
+	e2e := runBenchPhase(b, hosts, frames, true)
+	b.Log("phase 3: pgbench running the booking transaction")
+	pgbenchFPS := runPgbench(b, hosts, frames, solo.perBatch, config.Default().Queue.Stream.ClusterBufferSize*config.Default().Queue.Stream.JobBufferSize)
+
+	soloFPS := float64(solo.frames) / solo.dispatched.Seconds()
+	e2eFPS := float64(e2e.frames) / e2e.drained.Seconds()
+	b.ReportMetric(e2eFPS, "frames/s")
+	b.ReportMetric(soloFPS, "dispatch_frames/s")
+	b.ReportMetric(pgbenchFPS, "pgbench_frames/s")
+	b.ReportMetric(e2eFPS/pgbenchFPS, "e2e-vs-pgbench-ratio")
+	b.ReportMetric(soloFPS/pgbenchFPS, "dispatch-vs-pgbench-ratio")
+	b.ReportMetric(float64(solo.calls)/float64(solo.frames), "stmts/frame")
+	b.ReportMetric(float64(solo.rows)/float64(solo.frames), "rows/frame")
+	b.ReportMetric(float64(solo.blocks)/float64(solo.frames), "blocks/frame")
+	b.ReportMetric(float64(e2e.calls)/float64(e2e.frames), "e2e_stmts/frame")
+	b.ReportMetric(0, "ns/op")
+}
+
+// runPgbench seeds the same farm in another database and runs the
+// dispatcher's booking transaction with pgbench (prepared statements,
+// clients = the scheduler's pass concurrency), one batch of perBatch frames
+// of one layer per transaction. It returns frames booked per second.
+func runPgbench(b *testing.B, hosts, frames, perBatch, clients int) float64 {
+	b.Helper()
+	ctx := context.Background()
+	url := cuebotdb.Database(b)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	f := seedBenchFarm(b, pool, hosts, frames)
+	// Batches of perBatch frames of one layer, each on some host; hosts get
+	// room for every batch so the guard never fails.
+	for _, q := range []string{
+		`UPDATE host SET int_cores_idle = 1000000000, int_mem_idle = 1000000000000`,
+		`CREATE TABLE bench_batch AS
+		 WITH f AS (
+		     SELECT f.pk_frame, f.pk_layer, f.pk_job,
+		            (row_number() OVER (PARTITION BY f.pk_layer ORDER BY f.int_dispatch_order) - 1) / ` + strconv.Itoa(perBatch) + ` AS lb,
+		            row_number() OVER (PARTITION BY f.pk_layer ORDER BY f.int_dispatch_order) AS ord
+		     FROM frame f WHERE f.str_state = 'WAITING')
+		 SELECT dense_rank() OVER (ORDER BY pk_layer, lb) AS b, ord, pk_frame, gen_random_uuid()::text AS pk_proc, pk_layer, pk_job
+		 FROM f`,
+		`CREATE TABLE bench_host AS SELECT row_number() OVER (ORDER BY str_name) - 1 AS i, pk_host, str_name FROM host`,
+		`CREATE INDEX ON bench_batch (b, ord)`,
+		`CREATE SEQUENCE bench_seq`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var nbatch int
+	if err := pool.QueryRow(ctx, `SELECT max(b) FROM bench_batch`).Scan(&nbatch); err != nil {
+		b.Fatal(err)
+	}
+	arr := func(col string) string {
+		return `(SELECT array_agg(` + col + ` ORDER BY ord) FROM bench_batch WHERE b = :b)`
+	}
+	host := `(SELECT %s FROM bench_host WHERE i = :b %% ` + strconv.Itoa(hosts) + `)`
+	one := `(SELECT %s FROM bench_batch WHERE b = :b LIMIT 1)`
+	claim := strings.NewReplacer(
+		"$10", `'{}'`,
+		"$11", fmt.Sprintf(host, "pk_host"),
+		"$12", fmt.Sprintf(one, "pk_layer"),
+		"$13", fmt.Sprintf(one, "pk_job"),
+		"$14", "262144",
+		"$1", arr("pk_frame"),
+		"$2", arr("pk_proc"),
+		"$3", arr("0"),
+		"$4", arr("100::bigint"),
+		"$5", arr(strconv.Itoa(farmseed.GB)+"::bigint"),
+		"$6", arr("0::bigint"),
+		"$7", arr("0::bigint"),
+		"$8", fmt.Sprintf(host, "str_name"),
+		"$9", "'"+f.show.ID+"'",
+	).Replace(dispatch.ClaimSQL)
+	count := `(SELECT count(*) FROM bench_batch WHERE b = :b)`
+	hostSQL := strings.NewReplacer("$1", fmt.Sprintf(host, "pk_host"), "$2", "100*"+count,
+		"$3", strconv.Itoa(farmseed.GB)+"*"+count, "$4", "0", "$5", "0").Replace(dispatch.HostSQL)
+	script := "SELECT nextval('bench_seq') AS b \\gset\nBEGIN;\n" + oneLine(claim) + ";\n" + oneLine(hostSQL) + ";\nCOMMIT;\n"
+	dir := b.TempDir()
+	path := filepath.Join(dir, "dispatch.sql")
+	if err := os.WriteFile(path, []byte(script), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	bin, err := testenv.PostgresBinDir()
+	if err != nil {
+		b.Fatal(err)
+	}
+	perClient := max(nbatch/clients, 1)
+	cmd := exec.Command(filepath.Join(bin, "pgbench"), "-n", "-M", "prepared", "-c", strconv.Itoa(clients), "-j", "2",
+		"-t", strconv.Itoa(perClient), "-f", path, url)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		b.Fatalf("pgbench: %v\n%s\nscript:\n%s", err, out, script)
+	}
+	m := regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`).FindSubmatch(out)
+	if m == nil {
+		b.Fatalf("pgbench output has no tps:\n%s", out)
+	}
+	tps, _ := strconv.ParseFloat(string(m[1]), 64)
+	var booked int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM proc`).Scan(&booked); err != nil {
+		b.Fatal(err)
+	}
+	want := int64(perClient*clients) * int64(perBatch)
+	if booked < want*9/10 {
+		b.Fatalf("pgbench booked %d frames, expected about %d: the script does not do the dispatcher's work", booked, want)
+	}
+	fps := tps * float64(booked) / float64(perClient*clients)
+	b.Logf("pgbench: %d transactions of ~%d frames by %d clients: %.0f tps, %.0f frames/s", perClient*clients, perBatch, clients, tps, fps)
+	return fps
+}
+
+// histMean returns the count and mean of a histogram family.
+func histMean(tb testing.TB, reg *prometheus.Registry, name string) (uint64, float64) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var n uint64
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			n += m.GetHistogram().GetSampleCount()
+			sum += m.GetHistogram().GetSampleSum()
+		}
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return n, sum / float64(n)
+}
+
+// oneLine joins a statement onto one line (pgbench reads a statement up to
+// its semicolon, but backslash commands and comments are line based).
+func oneLine(sql string) string {
+	// pgbench reads one statement per line: drop "--" comments first.
+	lines := strings.Split(sql, "\n")
+	for i, l := range lines {
+		if j := strings.Index(l, "--"); j >= 0 {
+			lines[i] = l[:j]
+		}
+	}
+	return strings.Join(strings.Fields(strings.Join(lines, "\n")), " ")
+}

@@ -1,0 +1,542 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cuesched/cuesched/proto/rqdpb"
+	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/scheduler/accounting"
+	"github.com/cuesched/cuesched/scheduler/pipeline"
+	"github.com/cuesched/cuesched/shared/config"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotemu"
+	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
+	"github.com/cuesched/cuesched/sidecar"
+)
+
+// Env is the embedded PostgreSQL and Redis every scenario of a battery
+// shares (each scenario gets its own database and a flushed Redis DB).
+type Env struct {
+	env   *testenv.Env
+	pg    *testenv.Postgres
+	redis *testenv.Redis
+	seq   atomic.Int64
+}
+
+// StartEnv starts PostgreSQL (wal_level=logical) and Redis.
+func StartEnv(ctx context.Context) (*Env, error) {
+	e := &Env{env: testenv.NewEnv()}
+	var err error
+	if e.pg, err = e.env.Postgres(ctx); err != nil {
+		e.env.Close()
+		return nil, fmt.Errorf("start PostgreSQL: %w", err)
+	}
+	if e.redis, err = e.env.Redis(ctx); err != nil {
+		e.env.Close()
+		return nil, fmt.Errorf("start Redis: %w", err)
+	}
+	return e, nil
+}
+
+// Close stops them.
+func (e *Env) Close() { e.env.Close() }
+
+// World is one scenario run: a fresh Cuebot database, a flushed Redis DB,
+// and, once started, the fake RQD, the Cuebot emulator, the sidecar and the
+// scheduler instances, with the invariant monitor sampling the farm.
+type World struct {
+	Name    string
+	Opts    Options
+	Variant Variant
+
+	DBURL    string
+	Pool     *pgxpool.Pool
+	RDB      redis.UniversalClient
+	Pub      *publisher.Publisher
+	Seed     *farmseed.Seeder
+	Facility string
+
+	env     *Env
+	dbName  string
+	log     hclog.Logger
+	rngMu   sync.Mutex
+	rng     *rand.Rand
+	base    []func(*config.Config)
+	runMin  time.Duration
+	runMax  time.Duration
+	runtime sync.Map // layer id -> func(*rand.Rand) time.Duration
+	outcome sync.Map // layer id -> Outcome
+
+	Fake *fakerqd.Server
+	Emu  *cuebotemu.Emulator
+
+	cancel  context.CancelFunc
+	runCtx  context.Context // the load's context (Start to stop)
+	wg      sync.WaitGroup  // the sidecar
+	monWG   sync.WaitGroup  // the legacy dispatcher
+	monStop context.CancelFunc
+	monDone chan struct{}
+	sidecar *sidecar.Sidecar
+	sCancel context.CancelFunc
+	scheds  []*instance
+	started time.Time
+	mon     *monitor
+
+	mu      sync.Mutex
+	metrics []Metric
+	notes   []string
+	fill    []Point
+}
+
+type instance struct {
+	s      *pipeline.Scheduler
+	reg    *prometheus.Registry
+	pool   *pgxpool.Pool
+	cancel context.CancelFunc
+	done   chan struct{}
+	dead   bool
+}
+
+func newWorld(ctx context.Context, env *Env, o Options, name string, v Variant) (*World, error) {
+	n := env.seq.Add(1)
+	w := &World{Name: name, Opts: o, Variant: v, env: env, rng: rand.New(rand.NewSource(o.Seed)),
+		runMin: 500 * time.Millisecond, runMax: 1500 * time.Millisecond}
+	w.log = hclog.NewNullLogger()
+	if o.Verbose && o.Progress != nil {
+		w.log = hclog.New(&hclog.LoggerOptions{Name: strings.ToLower(name), Level: hclog.Info, Output: progressWriter(o.Progress)})
+	}
+	w.dbName = fmt.Sprintf("sim%d_%d_%s", os.Getpid(), n, strings.ToLower(name))
+	if err := env.pg.CreateDatabase(ctx, w.dbName, ""); err != nil {
+		return nil, err
+	}
+	w.DBURL = env.pg.URL(w.dbName)
+	if err := cuebotdb.Setup(ctx, w.DBURL); err != nil {
+		return nil, err
+	}
+	pc, err := pgxpool.ParseConfig(w.DBURL)
+	if err != nil {
+		return nil, err
+	}
+	pc.MaxConns = 16
+	if w.Pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+		return nil, err
+	}
+	w.RDB, err = publisher.NewClient(publisher.ClientConfig{URL: env.redis.URL(0), PoolSize: 32})
+	if err != nil {
+		return nil, err
+	}
+	if err := w.RDB.FlushDB(ctx).Err(); err != nil {
+		return nil, err
+	}
+	if w.Pub, err = publisher.New(w.RDB, publisher.Options{}); err != nil {
+		return nil, err
+	}
+	w.Seed = &farmseed.Seeder{DB: w.Pool}
+	if w.Facility, err = w.Seed.Facility(ctx, "sim"); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+type progressWriter func(string)
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	p(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+// Rand returns a number from the world's seeded source.
+func (w *World) Rand(f func(*rand.Rand) int) int {
+	w.rngMu.Lock()
+	defer w.rngMu.Unlock()
+	return f(w.rng)
+}
+
+// Configure adds a change to the scenario's base configuration (applied
+// before the variant's).
+func (w *World) Configure(f func(*config.Config)) { w.base = append(w.base, f) }
+
+// RunTimes sets the default frame run time range.
+func (w *World) RunTimes(min, max time.Duration) { w.runMin, w.runMax = min, max }
+
+// LayerRunTime fixes the run time of one layer's frames.
+func (w *World) LayerRunTime(layerID string, d time.Duration) {
+	w.runtime.Store(layerID, d)
+}
+
+func (w *World) runTimeOf(rf *rqdpb.RunFrame) time.Duration {
+	if v, ok := w.runtime.Load(rf.GetLayerId()); ok {
+		return v.(time.Duration)
+	}
+	span := int64(w.runMax - w.runMin)
+	if span <= 0 {
+		return w.runMin
+	}
+	return w.runMin + time.Duration(w.Rand(func(r *rand.Rand) int { return int(r.Int63n(span)) }))
+}
+
+// Outcome decides how a frame of a layer ends, given the memory it was
+// booked with (KB): exit status 0 (success), 1 (a failure Cuebot retries
+// until int_max_retries, then DEAD) or 33 (a memory kill: Cuebot retries
+// it whatever its retries, and the world raises the layer's memory as
+// Cuebot does), with the max RSS reported.
+type Outcome func(reservedKB int64) (exitStatus int32, maxRSSKB int64)
+
+// LayerOutcome sets how the frames of one layer end (default: success).
+func (w *World) LayerOutcome(layerID string, o Outcome) { w.outcome.Store(layerID, o) }
+
+// minMemoryIncrease is Cuebot's default int_min_memory_increase (2 GB):
+// after a memory kill the layer asks for the frame's max RSS plus this.
+const minMemoryIncrease = 2 * 1048576
+
+// complete hands a fake RQD completion to the Cuebot emulator, with the
+// outcome the layer's Outcome gives, and after a memory kill raises the
+// layer's memory to the frame's max RSS plus minMemoryIncrease, as Cuebot
+// does before the retry.
+func (w *World) complete(ctx context.Context) func(fakerqd.FrameCompletion) {
+	cb := w.Emu.FakeRQDCallback(ctx, func(fakerqd.FrameCompletion, error) {})
+	return func(fc fakerqd.FrameCompletion) {
+		v, ok := w.outcome.Load(fc.LayerID)
+		if !ok {
+			cb(fc)
+			return
+		}
+		var reserved int64
+		if err := w.Pool.QueryRow(ctx, `SELECT int_mem_reserved FROM frame WHERE pk_frame = $1`, fc.FrameID).Scan(&reserved); err != nil {
+			cb(fc)
+			return
+		}
+		fc.ExitStatus, fc.MaxRSSKB = v.(Outcome)(reserved)
+		fc.ExitSignal = 0
+		cb(fc)
+		if fc.ExitStatus == cuebotemu.ExitMemoryFailure {
+			_, _ = w.Pool.Exec(ctx, `UPDATE layer SET int_mem_min = GREATEST(int_mem_min, $2::bigint + $3::bigint) WHERE pk_layer = $1`,
+				fc.LayerID, fc.MaxRSSKB, minMemoryIncrease)
+		}
+	}
+}
+
+// Metric records a measured value with its threshold.
+func (w *World) Metric(name string, value float64, op Op, threshold float64, unit string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.metrics = append(w.metrics, Metric{Name: name, Value: value, Op: op, Threshold: threshold, Unit: unit})
+}
+
+// Note adds a line to the scenario's report.
+func (w *World) Note(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.notes = append(w.notes, fmt.Sprintf(format, args...))
+}
+
+func (w *World) config() config.Config {
+	cfg := config.Default()
+	cfg.Database.URL = w.DBURL
+	cfg.Accounting.RedisURL = w.env.redis.URL(0)
+	cfg.Accounting.RecomputeInterval = config.Duration(15 * time.Second)
+	cfg.Accounting.LimitReseedInterval = config.Duration(5 * time.Second)
+	cfg.Accounting.LeaderPollInterval = config.Duration(200 * time.Millisecond)
+	cfg.Queue.ClusterEmptySleep = config.Duration(300 * time.Millisecond)
+	cfg.Queue.ClusterSaturatedSleep = config.Duration(200 * time.Millisecond)
+	cfg.Queue.ActiveScanInterval = config.Duration(300 * time.Millisecond)
+	cfg.Queue.LayerBackoffMin = config.Duration(100 * time.Millisecond)
+	cfg.Queue.LayerBackoffMax = config.Duration(time.Second)
+	cfg.Queue.ClusterReloadInterval = config.Duration(2 * time.Second)
+	cfg.Queue.LotterySeed = w.Opts.Seed
+	cfg.Queue.WaitingStatsInterval = 0
+	cfg.Metrics.Listen = ""
+	cfg.Scheduler.Facility = "sim"
+	for _, f := range w.base {
+		f(&cfg)
+	}
+	if w.Variant.Config != nil {
+		w.Variant.Config(&cfg)
+	}
+	return cfg
+}
+
+// Start starts the fake RQD, the emulator, the sidecar, n scheduler
+// instances (Options.Schedulers when n is 0) and the monitor.
+func (w *World) Start(ctx context.Context, n int) error {
+	if n <= 0 {
+		n = max(w.Opts.Schedulers, 1)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	w.cancel, w.runCtx = cancel, rctx
+	w.Emu = cuebotemu.New(w.Pool, w.log.Named("cuebot"))
+	var err error
+	w.Fake, err = fakerqd.Start(fakerqd.Config{
+		Default:    fakerqd.Behavior{RunTimeFunc: w.runTimeOf},
+		OnComplete: w.complete(rctx),
+	})
+	if err != nil {
+		return err
+	}
+	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
+	w.sCancel = scancel
+	w.sidecar, err = sidecar.New(sidecar.Config{DatabaseURL: w.DBURL, SlotName: w.dbName + "_sidecar", CreateSlot: true,
+		Logger: w.log.Named("sidecar"), Registerer: prometheus.NewRegistry()}, w.RDB)
+	if err != nil {
+		return err
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		_ = w.sidecar.Run(sctx)
+	}()
+	for i := 0; i < n; i++ {
+		if err := w.startScheduler(rctx, i); err != nil {
+			return err
+		}
+	}
+	w.started = time.Now()
+	w.mon = newMonitor(w)
+	mctx, mstop := context.WithCancel(rctx)
+	w.monStop, w.monDone = mstop, make(chan struct{})
+	go func() {
+		defer close(w.monDone)
+		w.mon.run(mctx)
+	}()
+	return nil
+}
+
+func (w *World) startScheduler(ctx context.Context, i int) error {
+	cfg := w.config()
+	cfg.Scheduler.InstanceName = fmt.Sprintf("sim%d", i)
+	pc, err := pgxpool.ParseConfig(w.DBURL)
+	if err != nil {
+		return err
+	}
+	pc.MaxConns = int32(cfg.Database.PoolSize)
+	pc.ConnConfig.RuntimeParams["application_name"] = fmt.Sprintf("cuesched-lab/sim%d", i)
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	s, err := pipeline.NewScheduler(ctx, cfg, pipeline.Deps{Pool: pool, Redis: w.RDB, RQDResolve: w.Fake.Resolve,
+		Logger: w.log.Named(fmt.Sprintf("scheduler%d", i)), Registerer: reg})
+	if err != nil {
+		pool.Close()
+		return err
+	}
+	ictx, cancel := context.WithCancel(ctx)
+	in := &instance{s: s, reg: reg, pool: pool, cancel: cancel, done: make(chan struct{})}
+	w.scheds = append(w.scheds, in)
+	go func() {
+		defer close(in.done)
+		_ = s.Run(ictx)
+	}()
+	return nil
+}
+
+// Leader returns the index of the scheduler instance leading the
+// accounting loops, or -1.
+func (w *World) Leader() int {
+	for i, in := range w.scheds {
+		if !in.dead && in.s.Accounting != nil && in.s.Accounting.IsLeader() {
+			return i
+		}
+	}
+	return -1
+}
+
+// Kill stops scheduler i the way kill -9 would look to the others: its
+// passes are abandoned and its database sessions (and the advisory lock of
+// a loop leader) are closed at once.
+func (w *World) Kill(i int) {
+	in := w.scheds[i]
+	in.dead = true
+	in.cancel()
+	in.pool.Reset()
+	<-in.done
+	in.s.Close()
+	in.pool.Close()
+}
+
+// StopSampling stops the monitor (the samplers and the fill curve) and
+// waits for it, so a scenario may read what its samplers wrote.
+func (w *World) StopSampling() {
+	if w.monStop != nil {
+		w.monStop()
+		<-w.monDone
+	}
+}
+
+// Counter sums a counter of every scheduler instance's registry over the
+// series whose labels include label=value (label "" sums every series).
+func (w *World) Counter(name, label, value string) float64 {
+	var sum float64
+	for _, in := range w.scheds {
+		fams, err := in.reg.Gather()
+		if err != nil {
+			continue
+		}
+		for _, f := range fams {
+			if f.GetName() != name {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				ok := label == ""
+				for _, l := range m.GetLabel() {
+					ok = ok || (l.GetName() == label && l.GetValue() == value)
+				}
+				if ok {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
+
+// Elapsed is the time since Start.
+func (w *World) Elapsed() time.Duration { return time.Since(w.started) }
+
+// Sleep waits d or until ctx ends.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// WaitFor polls cond until it holds (true) or timeout passes (false).
+func (w *World) WaitFor(ctx context.Context, timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) || Sleep(ctx, 50*time.Millisecond) != nil {
+			return false
+		}
+	}
+}
+
+// Int runs a query returning one integer (0 on error, noted).
+func (w *World) Int(ctx context.Context, sql string, args ...any) int64 {
+	var n int64
+	if err := w.Pool.QueryRow(ctx, sql, args...).Scan(&n); err != nil && ctx.Err() == nil {
+		w.Note("query failed: %v", err)
+	}
+	return n
+}
+
+// Sample registers a function the monitor calls at every tick (t: seconds
+// since Start).
+// Call it after Start.
+func (w *World) Sample(f func(ctx context.Context, t float64)) { w.mon.add(f) }
+
+// stop ends the load: schedulers stop, then the fake RQD (frames still
+// running never complete), then the sidecar catches up with the WAL.
+func (w *World) stop() {
+	if w.cancel == nil {
+		return
+	}
+	w.cancel()
+	for _, in := range w.scheds {
+		if !in.dead {
+			<-in.done
+		}
+	}
+	w.StopSampling()
+	w.monWG.Wait()
+	if w.Fake != nil {
+		w.Fake.Stop()
+	}
+}
+
+// checkInvariants records the global invariants as metrics.
+func (w *World) checkInvariants(ctx context.Context) {
+	if w.Fake == nil || w.mon == nil {
+		return
+	}
+	w.Metric("frames launched twice", float64(len(w.Fake.DoubleLaunches())), Equal, 0, "")
+	m := w.mon.snapshot()
+	w.Metric("host over cores/mem/GPUs (samples)", float64(m.hostOver), Equal, 0, "")
+	w.Metric("bookings past a cap (samples)", float64(m.capOver), Equal, 0, "")
+	w.Metric("negative Redis counters (samples)", float64(m.negative), Equal, 0, "")
+	for _, v := range m.examples {
+		w.Note("violation: %s", v)
+	}
+	// Every committed proc DELETE released, then Redis against SUM(proc).
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 90*time.Second)
+	defer cancel()
+	drift := -1.0
+	if err := w.sidecarCaughtUp(actx); err != nil {
+		w.Note("audit skipped: %v", err)
+	} else if rep, err := accounting.Audit(actx, w.Pool, w.Pub); err != nil {
+		w.Note("audit failed: %v", err)
+	} else {
+		drift = float64(len(rep.Drifts))
+		for i, d := range rep.Drifts {
+			if i == 5 {
+				break
+			}
+			w.Note("drift: %+v", d)
+		}
+	}
+	w.Metric("accounting drift (Redis vs SUM(proc))", drift, Equal, 0, "")
+}
+
+func (w *World) sidecarCaughtUp(ctx context.Context) error {
+	var target string
+	if err := w.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&target); err != nil {
+		return err
+	}
+	for {
+		var behind bool
+		if err := w.Pool.QueryRow(ctx, `SELECT $1::pg_lsn > $2::pg_lsn`, target, w.sidecar.Status().Checkpoint.String()).Scan(&behind); err != nil {
+			return err
+		}
+		if !behind {
+			return nil
+		}
+		if err := Sleep(ctx, 50*time.Millisecond); err != nil {
+			return errors.New("the sidecar did not catch up with the WAL")
+		}
+	}
+}
+
+func (w *World) close() {
+	if w.sCancel != nil {
+		w.sCancel()
+	}
+	w.wg.Wait()
+	for _, in := range w.scheds {
+		if !in.dead {
+			in.s.Close()
+			in.pool.Close()
+		}
+	}
+	ctx := context.Background()
+	if w.Pool != nil {
+		_, _ = w.Pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database() AND NOT active`)
+		w.Pool.Close()
+	}
+	if w.RDB != nil {
+		_ = w.RDB.Close()
+	}
+	_ = w.env.pg.DropDatabase(ctx, w.dbName)
+}
