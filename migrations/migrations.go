@@ -81,12 +81,11 @@ const (
 // with SlotPrefix; the sidecar's start with SidecarSlotPrefix. A sidecar
 // slot may be named anything (sidecar.slot_name), so a slot is also the
 // sidecar's while a walsender whose application_name starts with
-// SidecarAppName streams it (Status warns when managed shows exist but no
+// appname.Sidecar streams it (Status warns when managed shows exist but no
 // sidecar slot is active).
 const (
 	SlotPrefix        = "cuesched"
 	SidecarSlotPrefix = "cuesched_sidecar"
-	SidecarAppName    = "cuesched-sidecar"
 )
 
 // PublicationSpec describes one publication the rollout maintains.

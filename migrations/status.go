@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cuesched/cuesched/shared/appname"
 	"io"
 	"regexp"
 	"sort"
@@ -97,7 +98,7 @@ type SlotStatus struct {
 	// current WAL position to the slot's confirmed flush position.
 	LagBytes int64
 	// Sidecar: named with SidecarSlotPrefix, or streamed right now by a
-	// cuesched sidecar (application_name SidecarAppName...).
+	// cuesched sidecar (application_name appname.Sidecar...).
 	Sidecar bool
 }
 
@@ -231,7 +232,7 @@ func Status(ctx context.Context, conn *pgx.Conn) (Report, error) {
 		  LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid
 		 WHERE left(s.slot_name, length($1)) = $1
 		    OR (s.active AND left(coalesce(a.application_name, ''), length($3)) = $3)
-		 ORDER BY s.slot_name`, SlotPrefix, SidecarSlotPrefix, SidecarAppName)
+		 ORDER BY s.slot_name`, SlotPrefix, SidecarSlotPrefix, appname.Sidecar)
 	if err != nil {
 		return st, fmt.Errorf("migrations: read replication slots: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cuesched/cuesched/shared/appname"
 	"sync"
 	"time"
 
@@ -14,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cuesched/cuesched/lua"
-	"github.com/cuesched/cuesched/migrations"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/shared/metrics"
 	"github.com/cuesched/cuesched/shared/replication"
@@ -144,7 +144,7 @@ func New(cfg Config, rdb redis.UniversalClient) (*Sidecar, error) {
 		ConnString: cfg.DatabaseURL,
 		// The scheduler's guardrail and `cuesched migrate status` know a
 		// sidecar's walsender by this name, whatever the slot is called.
-		ApplicationName: migrations.SidecarAppName,
+		ApplicationName: appname.Sidecar,
 		Slot:            cfg.SlotName,
 		Kind:            replication.PermanentSlot,
 		CreateSlot:      cfg.CreateSlot,
@@ -186,7 +186,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	}
 	pcfg.MaxConns = 4
 	if pcfg.ConnConfig.RuntimeParams["application_name"] == "" {
-		pcfg.ConnConfig.RuntimeParams["application_name"] = migrations.SidecarAppName
+		pcfg.ConnConfig.RuntimeParams["application_name"] = appname.Sidecar
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

@@ -3,13 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/cuesched/cuesched/shared/appname"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cuesched/cuesched/publisher"
-	"github.com/cuesched/cuesched/scheduler/rollout"
+	"github.com/cuesched/cuesched/rollout"
 	"github.com/cuesched/cuesched/shared/config"
 )
 
@@ -165,7 +166,7 @@ func openConns(ctx context.Context, c *cli, name string, v connValues, maxConns 
 		return nil, 2
 	}
 	if pcfg.ConnConfig.RuntimeParams["application_name"] == "" {
-		pcfg.ConnConfig.RuntimeParams["application_name"] = rollout.AppName(rollout.RoleCLI, "")
+		pcfg.ConnConfig.RuntimeParams["application_name"] = appname.Format(appname.RoleCLI, "")
 	}
 	pcfg.MaxConns = maxConns
 	var closers []func()

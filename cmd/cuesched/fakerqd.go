@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cuesched/cuesched/shared/appname"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
@@ -14,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuesched/cuesched/proto/rqdpb"
-	"github.com/cuesched/cuesched/scheduler/rollout"
 	"github.com/cuesched/cuesched/shared/config"
 	"github.com/cuesched/cuesched/shared/daemon"
 	"github.com/cuesched/cuesched/shared/logging"
@@ -86,7 +86,7 @@ func runFakeRQD(ctx context.Context, c *cli, args []string) int {
 	}
 	var emu *cuebotemu.Emulator
 	if o.complete {
-		dsn, err := withAppName(o.dbURL, rollout.RoleFakeRQD, instanceName(""))
+		dsn, err := withAppName(o.dbURL, appname.RoleFakeRQD, instanceName(""))
 		if err != nil {
 			fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
 			return 2

@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/cuesched/cuesched/shared/appname"
 	"strings"
 
-	"github.com/cuesched/cuesched/scheduler/pipeline"
-	"github.com/cuesched/cuesched/scheduler/rollout"
+	"github.com/cuesched/cuesched/scheduler"
 	"github.com/cuesched/cuesched/shared/config"
 	"github.com/cuesched/cuesched/shared/daemon"
 	"github.com/cuesched/cuesched/shared/metrics"
@@ -55,7 +55,7 @@ func runScheduler(ctx context.Context, c *cli, args []string) int {
 	if *dryRun {
 		cfg.RQD.DryRun = true
 	}
-	if cfg.Database.URL, err = withAppName(cfg.Database.URL, rollout.RoleScheduler, instanceName(cfg.Scheduler.InstanceName)); err != nil {
+	if cfg.Database.URL, err = withAppName(cfg.Database.URL, appname.RoleScheduler, instanceName(cfg.Scheduler.InstanceName)); err != nil {
 		fmt.Fprintf(c.stderr, "cuesched scheduler: %v\n", err)
 		return 1
 	}
@@ -65,7 +65,7 @@ func runScheduler(ctx context.Context, c *cli, args []string) int {
 		return 1
 	}
 	err = d.Run(ctx, func(ctx context.Context) error {
-		s, err := pipeline.NewScheduler(ctx, cfg, pipeline.Deps{Logger: d.Logger, Registerer: d.Registry, Health: d.Health})
+		s, err := scheduler.New(ctx, cfg, scheduler.Deps{Logger: d.Logger, Registerer: d.Registry, Health: d.Health})
 		if err != nil {
 			return err
 		}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cuesched/cuesched/scheduler/rollout"
+	"github.com/cuesched/cuesched/rollout"
 )
 
 // showGroup is "cuesched show".

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/cuesched/cuesched/shared/appname"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -18,7 +19,6 @@ import (
 	"github.com/cuesched/cuesched/migrations"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/accounting"
-	"github.com/cuesched/cuesched/scheduler/rollout"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
@@ -112,7 +112,7 @@ func roSidecarSlot(t *testing.T, dbURL string) string {
 	t.Helper()
 	ctx := context.Background()
 	slot := fmt.Sprintf("%s_cli%d_%d", migrations.SidecarSlotPrefix, time.Now().UnixNano()%1_000_000_000, roSlotSeq.Add(1))
-	conn, err := pgconn.Connect(ctx, roAppURL(t, dbURL, rollout.AppName(rollout.RoleSidecar, "cb1"), "replication", "database"))
+	conn, err := pgconn.Connect(ctx, roAppURL(t, dbURL, appname.Format(appname.RoleSidecar, "cb1"), "replication", "database"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func roSidecarSlot(t *testing.T, dbURL string) string {
 func roScheduler(t *testing.T, f *roFarm) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	pool, err := pgxpool.New(ctx, roAppURL(t, f.db, rollout.AppName(rollout.RoleScheduler, "sched-a")))
+	pool, err := pgxpool.New(ctx, roAppURL(t, f.db, appname.Format(appname.RoleScheduler, "sched-a")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +299,7 @@ func TestShowSetManagedCLI(t *testing.T) {
 // scheduler.
 func roLeaderConn(t *testing.T, dbURL string) {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), roAppURL(t, dbURL, rollout.AppName(rollout.RoleScheduler, "fake")))
+	conn, err := pgx.Connect(context.Background(), roAppURL(t, dbURL, appname.Format(appname.RoleScheduler, "fake")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/cuesched/cuesched/shared/appname"
 	"time"
 
 	"github.com/cuesched/cuesched/publisher"
-	"github.com/cuesched/cuesched/scheduler/rollout"
 	"github.com/cuesched/cuesched/shared/config"
 	"github.com/cuesched/cuesched/shared/daemon"
 	"github.com/cuesched/cuesched/shared/metrics"
@@ -59,7 +59,7 @@ func runSidecar(ctx context.Context, c *cli, args []string) int {
 		return 1
 	}
 	defer rdb.Close()
-	dbURL, err := withAppName(cfg.Database.URL, rollout.RoleSidecar, instanceName(cfg.Scheduler.InstanceName))
+	dbURL, err := withAppName(cfg.Database.URL, appname.RoleSidecar, instanceName(cfg.Scheduler.InstanceName))
 	if err != nil {
 		fmt.Fprintf(c.stderr, "cuesched sidecar: %v\n", err)
 		return 1

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cuesched/cuesched/scheduler/rollout"
+	"github.com/cuesched/cuesched/rollout"
 )
 
 const statusUsage = `usage: cuesched status [--json] [--no-audit] [--timeout DURATION] [--config FILE]

@@ -2,11 +2,10 @@ package main
 
 import (
 	"fmt"
+	"github.com/cuesched/cuesched/shared/appname"
 	"net/url"
 	"os"
 	"strings"
-
-	"github.com/cuesched/cuesched/scheduler/rollout"
 )
 
 // instanceName is how this process names itself in logs, application_name
@@ -26,7 +25,7 @@ func instanceName(configured string) string {
 // it is already set, so every connection of the daemon (pool, replication,
 // leader lock) shows up in pg_stat_activity as cuesched-<role>/<instance>.
 func withAppName(dsn, role, instance string) (string, error) {
-	name := rollout.AppName(role, instance)
+	name := appname.Format(role, instance)
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		u, err := url.Parse(dsn)
 		if err != nil {

@@ -17,8 +17,8 @@ import (
 
 	"github.com/cuesched/cuesched/proto/rqdpb"
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/scheduler"
 	"github.com/cuesched/cuesched/scheduler/accounting"
-	"github.com/cuesched/cuesched/scheduler/pipeline"
 	"github.com/cuesched/cuesched/shared/config"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotemu"
 	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
@@ -117,7 +117,7 @@ func Run(ctx context.Context, o Options) error {
 	cfg.Queue.ActiveScanInterval = config.Duration(500 * time.Millisecond)
 	cfg.Queue.LayerBackoffMax = config.Duration(2 * time.Second)
 	cfg.Scheduler.Facility = "spi"
-	sched, err := pipeline.NewScheduler(runCtx, cfg, pipeline.Deps{
+	sched, err := scheduler.New(runCtx, cfg, scheduler.Deps{
 		Redis: rdb, RQDResolve: fake.Resolve, Logger: o.Logger.Named("scheduler"), Registerer: reg,
 	})
 	if err != nil {

@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cuesched/cuesched/scheduler"
 	"github.com/cuesched/cuesched/scheduler/dispatch"
-	"github.com/cuesched/cuesched/scheduler/pipeline"
 	"github.com/cuesched/cuesched/shared/config"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
@@ -204,7 +204,7 @@ func runBenchPhase(b *testing.B, hosts, frames int, endToEnd bool) benchResult {
 	}
 
 	reg := prometheus.NewRegistry()
-	s, err := pipeline.NewScheduler(ctx, cfg, pipeline.Deps{Pool: schedPool, Redis: e.rdb,
+	s, err := scheduler.New(ctx, cfg, scheduler.Deps{Pool: schedPool, Redis: e.rdb,
 		RQDResolve: e.fake.Resolve, Logger: e.log.Named("bench"), Registerer: reg})
 	if err != nil {
 		b.Fatal(err)

@@ -19,7 +19,7 @@ import (
 
 	"github.com/cuesched/cuesched/proto/rqdpb"
 	"github.com/cuesched/cuesched/publisher"
-	"github.com/cuesched/cuesched/scheduler/pipeline"
+	"github.com/cuesched/cuesched/scheduler"
 	"github.com/cuesched/cuesched/shared/config"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotemu"
@@ -199,7 +199,7 @@ func (e *env) startScheduler(name string) *prometheus.Registry {
 	cfg := schedulerConfig()
 	cfg.Scheduler.Facility = "spi"
 	reg := prometheus.NewRegistry()
-	s, err := pipeline.NewScheduler(e.ctx, cfg, pipeline.Deps{
+	s, err := scheduler.New(e.ctx, cfg, scheduler.Deps{
 		Pool: e.pool, Redis: e.rdb,
 		RQDResolve: e.fake.Resolve, Logger: e.log.Named(name), Registerer: reg,
 	})

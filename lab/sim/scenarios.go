@@ -8,7 +8,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/cuesched/cuesched/scheduler/rollout"
+	"github.com/cuesched/cuesched/rollout"
 	"github.com/cuesched/cuesched/shared/config"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotemu"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"

@@ -18,8 +18,8 @@ import (
 
 	"github.com/cuesched/cuesched/proto/rqdpb"
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/scheduler"
 	"github.com/cuesched/cuesched/scheduler/accounting"
-	"github.com/cuesched/cuesched/scheduler/pipeline"
 	"github.com/cuesched/cuesched/shared/config"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotemu"
@@ -104,7 +104,7 @@ type World struct {
 }
 
 type instance struct {
-	s      *pipeline.Scheduler
+	s      *scheduler.Scheduler
 	reg    *prometheus.Registry
 	pool   *pgxpool.Pool
 	cancel context.CancelFunc
@@ -330,7 +330,7 @@ func (w *World) startScheduler(ctx context.Context, i int) error {
 		return err
 	}
 	reg := prometheus.NewRegistry()
-	s, err := pipeline.NewScheduler(ctx, cfg, pipeline.Deps{Pool: pool, Redis: w.RDB, RQDResolve: w.Fake.Resolve,
+	s, err := scheduler.New(ctx, cfg, scheduler.Deps{Pool: pool, Redis: w.RDB, RQDResolve: w.Fake.Resolve,
 		Logger: w.log.Named(fmt.Sprintf("scheduler%d", i)), Registerer: reg})
 	if err != nil {
 		pool.Close()

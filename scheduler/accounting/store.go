@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/cuesched/cuesched/migrations"
+	"github.com/cuesched/cuesched/shared/appname"
 	"sort"
 
 	"github.com/jackc/pglogrepl"
@@ -43,7 +44,7 @@ func (s *store) activeSidecarSlots(ctx context.Context) (int, error) {
 		LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid
 		WHERE s.active AND s.database = current_database()
 		  AND (left(s.slot_name, length($1)) = $1 OR left(COALESCE(a.application_name, ''), length($2)) = $2)`,
-		migrations.SidecarSlotPrefix, migrations.SidecarAppName).Scan(&n)
+		migrations.SidecarSlotPrefix, appname.Sidecar).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("sidecar slots: %w", err)
 	}

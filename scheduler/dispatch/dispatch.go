@@ -90,8 +90,8 @@ import (
 	"github.com/cuesched/cuesched/proto/rqdpb"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/jobs"
-	"github.com/cuesched/cuesched/scheduler/reserve"
 	"github.com/cuesched/cuesched/scheduler/runframe"
+	"github.com/cuesched/cuesched/scheduler/sizing"
 )
 
 // Host is a checked-out host: identity plus the capacity used to size
@@ -100,7 +100,7 @@ type Host struct {
 	ID, Name string
 	AllocID  string
 	OS       string
-	reserve.Host
+	sizing.Host
 	// LayerCores are the centicores the layer being matched already holds
 	// on the host, as the host cache counts its bookings (0 if unknown).
 	LayerCores int64
@@ -169,7 +169,7 @@ type Dispatcher struct {
 	acct   Accounting
 	rqd    Launcher
 	cfg    Config
-	policy reserve.Policy
+	policy sizing.Policy
 	limits runframe.Limits
 	log    hclog.Logger
 	m      *metrics
@@ -200,7 +200,7 @@ func New(pool *pgxpool.Pool, acct Accounting, rqd Launcher, cfg Config, o Option
 	}
 	d := &Dispatcher{
 		pool: pool, acct: acct, rqd: rqd, cfg: cfg,
-		policy: reserve.Policy{CoreUnit: cfg.CoreUnit, StrandedMemKB: cfg.StrandedMemKB, MinMemKB: cfg.MemReservedMinKB},
+		policy: sizing.Policy{CoreUnit: cfg.CoreUnit, StrandedMemKB: cfg.StrandedMemKB, MinMemKB: cfg.MemReservedMinKB},
 		limits: runframe.Limits{Soft: cfg.SoftLimit, Hard: cfg.HardLimit, CoreUnit: cfg.CoreUnit},
 		log:    log.Named("dispatch"),
 		m:      newMetrics(o.Registerer),
@@ -284,7 +284,7 @@ type Result struct {
 
 type planned struct {
 	frame jobs.Frame
-	res   reserve.Reservation
+	res   sizing.Reservation
 	proc  string
 	resv  string // publisher.Result.Reservation of its booking
 }
@@ -315,7 +315,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 	// A job's max cores has no "unlimited" value in Cuebot: 0 or less
 	// books nothing.
 	budget := max(l.JobMaxCores-l.JobCoresLive, 0)
-	req := reserve.Request{
+	req := sizing.Request{
 		CoresMin: l.CoresMin, CoresMax: l.CoresMax, MemKB: l.MemMinKB, GPUs: l.GPUsMin, GPUMemKB: l.GPUMemMinKB,
 		Threadable: l.Threadable, Selfish: d.selfish(l),
 	}
@@ -326,8 +326,8 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 			b = max(budget-sumCores(plan), 0)
 		}
 		r, why := d.policy.Reserve(local, req, b)
-		if why != reserve.Fits {
-			if why == reserve.JobAtCap {
+		if why != sizing.Fits {
+			if why == sizing.JobAtCap {
 				out.Stop = JobAtCap
 			} else {
 				out.Stop = HostFull

@@ -16,8 +16,8 @@ import (
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/dispatch"
 	"github.com/cuesched/cuesched/scheduler/jobs"
-	"github.com/cuesched/cuesched/scheduler/reserve"
 	"github.com/cuesched/cuesched/scheduler/rqdclient"
+	"github.com/cuesched/cuesched/scheduler/sizing"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
@@ -301,7 +301,7 @@ func TestDispatchRedisCapStops(t *testing.T) {
 func TestDispatchJobBudgetClampsThreadable(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	host := h.host(farmseed.HostSpec{Cores: 16, ThreadMode: reserve.All})
+	host := h.host(farmseed.HostSpec{Cores: 16, ThreadMode: sizing.All})
 	j := h.job(farmseed.JobSpec{MaxCores: 5, Layers: []farmseed.LayerSpec{{Frames: 3}}})
 	l := h.layers(j)[0]
 	res := h.d.Dispatch(context.Background(), l, l.Frames, host)

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cuesched/cuesched/scheduler/jobs"
-	"github.com/cuesched/cuesched/scheduler/reserve"
+	"github.com/cuesched/cuesched/scheduler/sizing"
 )
 
 // lockLimitsSQL serialises dispatchers on a layer's limit_records.
@@ -183,7 +183,7 @@ func (d *Dispatcher) commit(ctx context.Context, l *jobs.Layer, h Host, booked [
 		rollback()
 		return wonFrames{}, room, h, false, false, fmt.Errorf("dispatch layer %s on %s: %w", l.Name, h.Name, err)
 	}
-	var took reserve.Reservation
+	var took sizing.Reservation
 	started := make(map[string]bool, len(won.frames))
 	for _, f := range won.frames {
 		started[f] = true

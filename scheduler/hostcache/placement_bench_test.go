@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/cuesched/cuesched/scheduler/reserve"
+	"github.com/cuesched/cuesched/scheduler/sizing"
 )
 
 // BenchmarkPlacement measures the placement cost per frame (one checkout
@@ -19,12 +19,12 @@ import (
 // the layer is warm on.
 func BenchmarkPlacement(b *testing.B) {
 	reqs := benchRequests()
-	policy := reserve.Policy{CoreUnit: 100, StrandedMemKB: 2 * gib}
+	policy := sizing.Policy{CoreUnit: 100, StrandedMemKB: 2 * gib}
 	accept := func(h Host) bool {
-		_, why := policy.Reserve(reserve.Host{TotalCores: h.TotalCores, IdleCores: h.IdleCores, TotalMemKB: h.TotalMemKB,
+		_, why := policy.Reserve(sizing.Host{TotalCores: h.TotalCores, IdleCores: h.IdleCores, TotalMemKB: h.TotalMemKB,
 			IdleMemKB: h.IdleMemKB, IdleGPUs: h.IdleGPUs, IdleGPUMem: h.IdleGPUMemKB, ThreadMode: h.ThreadMode},
-			reserve.Request{CoresMin: 100, MemKB: gib, Threadable: true}, -1)
-		return why == reserve.Fits
+			sizing.Request{CoresMin: 100, MemKB: gib, Threadable: true}, -1)
+		return why == sizing.Fits
 	}
 	type variant struct {
 		name      string

@@ -9,7 +9,7 @@
 // _layer checkouts from the host cache, each asking for a host carrying one
 // of the layer's tags that this cluster covers and on which at least one
 // frame fits by Cuebot's reservation rules (the Accept closure runs the same
-// reserve.Policy the dispatcher uses, so a checked-out host always takes a
+// sizing.Policy the dispatcher uses, so a checked-out host always takes a
 // frame unless Postgres disagrees). Each host goes to the dispatcher with
 // the layer's remaining frames and comes back to the cache with the idle
 // values Postgres returned. The loop ends when the layer runs out of frames,
@@ -54,7 +54,7 @@ import (
 	"github.com/cuesched/cuesched/scheduler/clusters"
 	"github.com/cuesched/cuesched/scheduler/dispatch"
 	"github.com/cuesched/cuesched/scheduler/jobs"
-	"github.com/cuesched/cuesched/scheduler/reserve"
+	"github.com/cuesched/cuesched/scheduler/sizing"
 )
 
 // ErrNoCandidate is what Hosts.Checkout returns when no host fits.
@@ -132,7 +132,7 @@ type Config struct {
 	// PermitPerFrame is the layer permit duration per frame (2 s).
 	PermitPerFrame time.Duration
 	// Policy must equal the dispatcher's reservation policy.
-	Policy          reserve.Policy
+	Policy          sizing.Policy
 	SelfishServices []string
 	// Schema adapts the layer query to the database (nil: current).
 	Schema *jobs.Schema
@@ -406,7 +406,7 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 	defer m.permits.Release(l.ID)
 	r.worked = true
 
-	req := reserve.Request{CoresMin: l.CoresMin, CoresMax: l.CoresMax, MemKB: l.MemMinKB, GPUs: l.GPUsMin,
+	req := sizing.Request{CoresMin: l.CoresMin, CoresMax: l.CoresMax, MemKB: l.MemMinKB, GPUs: l.GPUsMin,
 		GPUMemKB: l.GPUMemMinKB, Threadable: l.Threadable, Selfish: m.selfish(l)}
 	coresHint := l.CoresMin
 	if coresHint <= 0 {
@@ -448,7 +448,7 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 					return false
 				}
 				_, why := m.cfg.Policy.Reserve(h.Host, req, budget)
-				return why == reserve.Fits
+				return why == sizing.Fits
 			},
 		})
 		t.pass()

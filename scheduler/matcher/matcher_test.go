@@ -14,8 +14,8 @@ import (
 	"github.com/cuesched/cuesched/scheduler/dispatch"
 	"github.com/cuesched/cuesched/scheduler/jobs"
 	"github.com/cuesched/cuesched/scheduler/matcher"
-	"github.com/cuesched/cuesched/scheduler/reserve"
 	"github.com/cuesched/cuesched/scheduler/rqdclient"
+	"github.com/cuesched/cuesched/scheduler/sizing"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
@@ -35,7 +35,7 @@ type harness struct {
 	permits  *matcher.Permits
 	m        *matcher.Matcher
 	disp     *dispatch.Dispatcher
-	policy   reserve.Policy
+	policy   sizing.Policy
 	facility string
 	alloc    string
 	show     farmseed.Show
@@ -67,7 +67,7 @@ func newHarness(t *testing.T, attempts int) *harness {
 	t.Cleanup(fake.Stop)
 	rqd := rqdclient.New(rqdclient.Options{Resolve: fake.Resolve})
 	t.Cleanup(func() { rqd.Close() })
-	policy := reserve.Policy{CoreUnit: 100, StrandedMemKB: 2 * farmseed.GB}
+	policy := sizing.Policy{CoreUnit: 100, StrandedMemKB: 2 * farmseed.GB}
 	d := dispatch.New(pool, pub, rqd, dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144, StrandedMemKB: policy.StrandedMemKB},
 		dispatch.Options{Registerer: prometheus.NewRegistry()})
 	h := &harness{t: t, fake: fake, pool: pool, seed: &farmseed.Seeder{DB: pool}, pub: pub, hosts: farmseed.NewDBHosts(pool),

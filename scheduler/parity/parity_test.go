@@ -41,7 +41,7 @@ import (
 	"github.com/cuesched/cuesched/scheduler/hostcache/matcherhosts"
 	"github.com/cuesched/cuesched/scheduler/jobs"
 	"github.com/cuesched/cuesched/scheduler/matcher"
-	"github.com/cuesched/cuesched/scheduler/reserve"
+	"github.com/cuesched/cuesched/scheduler/sizing"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
@@ -53,9 +53,9 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 const (
 	f1, f2 = "f1", "f2"
-	auto   = reserve.Auto
-	all    = reserve.All
-	vari   = reserve.Variable
+	auto   = sizing.Auto
+	all    = sizing.All
+	vari   = sizing.Variable
 )
 
 type allocSpec struct {
@@ -390,7 +390,7 @@ func TestEligibilityMatchesCuebotRules(t *testing.T) {
 	// Every cluster, every job its pending query returns, the matcher.
 	rec := &recorder{got: map[string]map[string]bool{}}
 	hh := &holding{inner: matcherhosts.New(cache)}
-	policy := reserve.Policy{CoreUnit: 100, StrandedMemKB: 2 * farmseed.GB, MinMemKB: 256 * 1024}
+	policy := sizing.Policy{CoreUnit: 100, StrandedMemKB: 2 * farmseed.GB, MinMemKB: 256 * 1024}
 	m := matcher.New(pool, hh, rec, matcher.Config{Attempts: 4 * len(hosts), FramesPerLayer: 2 * len(hosts), Policy: policy},
 		matcher.Options{Registerer: prometheus.NewRegistry(), Backoff: jobs.NewBackoff(time.Minute, time.Hour), Permits: matcher.NewPermits()})
 	cs, err := clusters.Load(ctx, pool, clusters.LoadOptions{})

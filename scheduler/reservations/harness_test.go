@@ -16,7 +16,7 @@ import (
 	"github.com/cuesched/cuesched/scheduler/jobs"
 	"github.com/cuesched/cuesched/scheduler/matcher"
 	"github.com/cuesched/cuesched/scheduler/reservations"
-	"github.com/cuesched/cuesched/scheduler/reserve"
+	"github.com/cuesched/cuesched/scheduler/sizing"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
@@ -184,7 +184,7 @@ type managerOpt func(*reservations.Config)
 func (h *harness) manager(instance string, opts ...managerOpt) (*reservations.Manager, *prometheus.Registry) {
 	h.t.Helper()
 	cfg := reservations.Config{Enabled: true, BlockedFor: time.Second, MaxGrants: 8, MaxFraction: 1, Timeout: time.Hour,
-		Interval: 100 * time.Millisecond, Policy: reserve.Policy{CoreUnit: 100, StrandedMemKB: 2 * farmseed.GB}, Seed: 1}
+		Interval: 100 * time.Millisecond, Policy: sizing.Policy{CoreUnit: 100, StrandedMemKB: 2 * farmseed.GB}, Seed: 1}
 	for _, o := range opts {
 		o(&cfg)
 	}

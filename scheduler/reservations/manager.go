@@ -20,7 +20,7 @@ import (
 	"github.com/cuesched/cuesched/scheduler/hostcache"
 	"github.com/cuesched/cuesched/scheduler/jobs"
 	"github.com/cuesched/cuesched/scheduler/matcher"
-	"github.com/cuesched/cuesched/scheduler/reserve"
+	"github.com/cuesched/cuesched/scheduler/sizing"
 )
 
 // DB is what the loop queries (a pgxpool.Pool).
@@ -55,7 +55,7 @@ type Config struct {
 	// observation (1 m; see buckets).
 	Horizon time.Duration
 	// Policy sizes frames (the matcher's and dispatcher's).
-	Policy reserve.Policy
+	Policy sizing.Policy
 	// Seed seeds the grant lottery (0: random).
 	Seed int64
 }
@@ -435,14 +435,14 @@ func (m *Manager) tryGrant(ctx context.Context, c candidate, now time.Time) (don
 		m.m.refused.WithLabelValues(refusedNarrow).Inc()
 		return false, nil
 	}
-	req := reserve.Request{CoresMin: l.CoresMin, CoresMax: l.CoresMax, MemKB: l.MemMinKB, Threadable: l.Threadable}
+	req := sizing.Request{CoresMin: l.CoresMin, CoresMax: l.CoresMax, MemKB: l.MemMinKB, Threadable: l.Threadable}
 	fitByAlloc := map[string][]string{}
 	var free []hostcache.Host
 	snap := m.board.snap.Load()
 	for _, h := range serving {
-		idle := reserve.Host{TotalCores: h.TotalCores, IdleCores: h.TotalCores, TotalMemKB: h.TotalMemKB, IdleMemKB: h.TotalMemKB,
+		idle := sizing.Host{TotalCores: h.TotalCores, IdleCores: h.TotalCores, TotalMemKB: h.TotalMemKB, IdleMemKB: h.TotalMemKB,
 			ThreadMode: h.ThreadMode}
-		if _, why := m.cfg.Policy.Reserve(idle, req, -1); why != reserve.Fits {
+		if _, why := m.cfg.Policy.Reserve(idle, req, -1); why != sizing.Fits {
 			continue
 		}
 		fitByAlloc[h.AllocID] = append(fitByAlloc[h.AllocID], h.ID)

@@ -26,7 +26,7 @@ import (
 	"github.com/cuesched/cuesched/proto/rqdpb"
 	"github.com/cuesched/cuesched/scheduler/framespec"
 	"github.com/cuesched/cuesched/scheduler/jobs"
-	"github.com/cuesched/cuesched/scheduler/reserve"
+	"github.com/cuesched/cuesched/scheduler/sizing"
 )
 
 // Limits are the memory-limit factors (queue.frame_memory_soft_limit and
@@ -42,7 +42,7 @@ type Params struct {
 	ProcID string
 	Layer  *jobs.Layer
 	Frame  jobs.Frame
-	Res    reserve.Reservation
+	Res    sizing.Reservation
 	HostOS string
 	Now    time.Time
 }

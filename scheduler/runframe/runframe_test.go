@@ -7,7 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cuesched/cuesched/scheduler/jobs"
-	"github.com/cuesched/cuesched/scheduler/reserve"
+	"github.com/cuesched/cuesched/scheduler/sizing"
 )
 
 func layer() *jobs.Layer {
@@ -23,7 +23,7 @@ func layer() *jobs.Layer {
 func TestBuild(t *testing.T) {
 	l := layer()
 	f := jobs.Frame{ID: uuid.NewString(), Name: "0005-test_layer", Number: 5}
-	res := reserve.Reservation{Cores: 400, MemKB: 1000, GPUs: 1, GPUMemKB: 50}
+	res := sizing.Reservation{Cores: 400, MemKB: 1000, GPUs: 1, GPUMemKB: 50}
 	now := time.UnixMilli(1_700_000_000_123)
 	proc := uuid.NewString()
 	rf := Limits{Soft: 1.6, Hard: 2.0}.Build(Params{ProcID: proc, Layer: l, Frame: f, Res: res, HostOS: "rocky9", Now: now})
@@ -63,7 +63,7 @@ func TestBuildUIDAndFallbacks(t *testing.T) {
 	l.UID = &zero
 	l.Range = "garbage"
 	l.ChunkSize = 1
-	rf := Limits{Soft: 1.6, Hard: 2}.Build(Params{ProcID: "p", Layer: l, Frame: jobs.Frame{Name: "weird", Number: 12}, Res: reserve.Reservation{Cores: 100}})
+	rf := Limits{Soft: 1.6, Hard: 2}.Build(Params{ProcID: "p", Layer: l, Frame: jobs.Frame{Name: "weird", Number: 12}, Res: sizing.Reservation{Cores: 100}})
 	if rf.Uid != nil {
 		t.Errorf("uid 0 was sent: %v", *rf.Uid)
 	}
@@ -73,7 +73,7 @@ func TestBuildUIDAndFallbacks(t *testing.T) {
 	uid := int32(4242)
 	l.UID = &uid
 	l.ChunkSize = 4
-	rf = Limits{Soft: 1.6, Hard: 2}.Build(Params{Layer: l, Frame: jobs.Frame{Name: "0003-x", Number: 3}, Res: reserve.Reservation{Cores: 100}})
+	rf = Limits{Soft: 1.6, Hard: 2}.Build(Params{Layer: l, Frame: jobs.Frame{Name: "0003-x", Number: 3}, Res: sizing.Reservation{Cores: 100}})
 	if rf.Uid == nil || *rf.Uid != 4242 {
 		t.Errorf("uid = %v, want 4242", rf.Uid)
 	}

@@ -1,6 +1,6 @@
 // Package matcherhosts adapts the replication-fed host cache
 // (scheduler/hostcache) to the matcher's Hosts interface, so the pipeline
-// wires it with one line: pipeline.Deps{Hosts: matcherhosts.New(cache)}.
+// wires it with one line: scheduler.Deps{Hosts: matcherhosts.New(cache)}.
 //
 // It only translates types: cluster tags become group tags (by name, in the
 // matcher's probe order), the layer's floors and gates become a
@@ -22,7 +22,7 @@ import (
 	"github.com/cuesched/cuesched/scheduler/dispatch"
 	"github.com/cuesched/cuesched/scheduler/hostcache"
 	"github.com/cuesched/cuesched/scheduler/matcher"
-	"github.com/cuesched/cuesched/scheduler/reserve"
+	"github.com/cuesched/cuesched/scheduler/sizing"
 )
 
 // Hosts implements matcher.Hosts over a hostcache.Cache.
@@ -37,7 +37,7 @@ var _ matcher.Hosts = (*Hosts)(nil)
 func ToDispatch(h hostcache.Host) dispatch.Host {
 	return dispatch.Host{
 		ID: h.ID, Name: h.Name, AllocID: h.AllocID, OS: h.OS,
-		Host: reserve.Host{
+		Host: sizing.Host{
 			TotalCores: h.TotalCores, IdleCores: h.IdleCores, TotalMemKB: h.TotalMemKB, IdleMemKB: h.IdleMemKB,
 			IdleGPUs: h.IdleGPUs, IdleGPUMem: h.IdleGPUMemKB, ThreadMode: h.ThreadMode,
 		},

@@ -9,7 +9,7 @@ import (
 
 	"github.com/cuesched/cuesched/scheduler/dispatch"
 	"github.com/cuesched/cuesched/scheduler/matcher"
-	"github.com/cuesched/cuesched/scheduler/reserve"
+	"github.com/cuesched/cuesched/scheduler/sizing"
 	"github.com/cuesched/cuesched/shared/cuebot"
 )
 
@@ -77,7 +77,7 @@ func (d *DBHosts) Checkout(ctx context.Context, req matcher.HostRequest) (dispat
 		if !cuebot.HostServesOS(h.OS, req.OS) {
 			continue
 		}
-		if h.ThreadMode == reserve.All && !req.Threadable {
+		if h.ThreadMode == sizing.All && !req.Threadable {
 			continue
 		}
 		if h.IdleGPUMem < req.GPUMemMinKB {

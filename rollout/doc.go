@@ -9,12 +9,12 @@
 // process that matters holds PostgreSQL sessions, and pg_stat_activity is
 // readable by any role. Each scheduler and sidecar sets application_name
 // on every connection it opens (pooled, the loop-lock connection, and
-// replication connections) to AppName(role, instance):
+// replication connections) to appname.Format(role, instance):
 //
-//	cuesched-scheduler/<instance>   scheduler (RoleScheduler)
-//	cuesched-sidecar/<instance>     sidecar (RoleSidecar)
-//	cuesched-fake-rqd/<instance>    rehearsal fake RQD (RoleFakeRQD)
-//	cuesched-cli                    these commands (RoleCLI, not listed)
+//	cuesched-scheduler/<instance>   scheduler (appname.RoleScheduler)
+//	cuesched-sidecar/<instance>     sidecar (appname.RoleSidecar)
+//	cuesched-fake-rqd/<instance>    rehearsal fake RQD (appname.RoleFakeRQD)
+//	cuesched-cli                    these commands (appname.RoleCLI, not listed)
 //
 // <instance> is scheduler.instance_name (default host name and pid) or the
 // sidecar's equivalent. AppName keeps to what PostgreSQL stores (printable

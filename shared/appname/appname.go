@@ -1,4 +1,8 @@
-package rollout
+// Package appname owns the application_name every cuesched process sets on
+// its PostgreSQL connections ("cuesched-<role>/<instance>"), so that
+// `cuesched status`, the migrations' slot checks and the sidecar agree on
+// one spelling.
+package appname
 
 import (
 	"strings"
@@ -21,14 +25,18 @@ const (
 	RoleCLI = "cli"
 )
 
-// AppNamePrefix starts every application_name cuesched sets.
-const AppNamePrefix = "cuesched-"
+// Prefix starts every application_name cuesched sets.
+const Prefix = "cuesched-"
+
+// Sidecar is the application_name of a sidecar without an instance name;
+// every sidecar connection starts with it.
+const Sidecar = Prefix + RoleSidecar
 
 // maxAppName is what PostgreSQL keeps of application_name (NAMEDATALEN - 1
 // bytes); it silently truncates longer values.
 const maxAppName = 63
 
-// AppName is the application_name a cuesched process sets on every
+// Format is the application_name a cuesched process sets on every
 // PostgreSQL connection it opens, so that "cuesched status" can find it in
 // pg_stat_activity: "cuesched-<role>/<instance>", e.g.
 // "cuesched-scheduler/render-a" or "cuesched-sidecar/cuebot-1". An empty
@@ -36,15 +44,15 @@ const maxAppName = 63
 //
 // PostgreSQL keeps only printable ASCII in application_name (older servers
 // replace anything else with '?', PostgreSQL 16 and later with hex escapes)
-// and at most 63 bytes. AppName replaces every other byte with '_' and
+// and at most 63 bytes. Format replaces every other byte with '_' and
 // truncates to 63 bytes itself, so the value a process sets is exactly the
 // value the server shows, whatever its version.
 // Set it through the connection string (application_name=...) or
 // pgx.ConnConfig.RuntimeParams["application_name"], on pooled, dedicated and
 // replication connections alike: the replication connection is the one that
 // holds a slot, the dedicated one the loop lock.
-func AppName(role, instance string) string {
-	s := AppNamePrefix + role
+func Format(role, instance string) string {
+	s := Prefix + role
 	if instance != "" {
 		s += "/" + instance
 	}
@@ -60,11 +68,11 @@ func AppName(role, instance string) string {
 	return string(b)
 }
 
-// ParseAppName is the inverse of AppName: "cuesched-<role>[/<instance>]"
+// Parse is the inverse of Format: "cuesched-<role>[/<instance>]"
 // gives role and instance; ok is false for any other application_name. The
 // instance may itself contain '/'.
-func ParseAppName(name string) (role, instance string, ok bool) {
-	rest, found := strings.CutPrefix(name, AppNamePrefix)
+func Parse(name string) (role, instance string, ok bool) {
+	rest, found := strings.CutPrefix(name, Prefix)
 	if !found || rest == "" {
 		return "", "", false
 	}

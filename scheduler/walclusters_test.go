@@ -1,4 +1,4 @@
-package pipeline_test
+package scheduler_test
 
 import (
 	"bytes"
@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cuesched/cuesched/scheduler/pipeline"
-	"github.com/cuesched/cuesched/scheduler/rollout"
+	"github.com/cuesched/cuesched/rollout"
+	"github.com/cuesched/cuesched/scheduler"
 	"github.com/cuesched/cuesched/shared/config"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
@@ -66,7 +66,7 @@ func metric(t *testing.T, reg *prometheus.Registry, name string, want map[string
 
 // runScheduler runs s until the test ends and waits for its booking gate
 // (host cache snapshot, Redis bootstrapped by its accounting leader).
-func runScheduler(t *testing.T, s *pipeline.Scheduler) {
+func runScheduler(t *testing.T, s *scheduler.Scheduler) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -131,7 +131,7 @@ func TestFlipIsBookedWithoutAReload(t *testing.T) {
 	}
 
 	reg := prometheus.NewRegistry()
-	s := w.scheduler(t, walConfig(w), pipeline.Deps{Registerer: reg}, true)
+	s := w.scheduler(t, walConfig(w), scheduler.Deps{Registerer: reg}, true)
 	runScheduler(t, s)
 	hasClusters := func() bool {
 		for _, c := range s.Feed.Clusters() {
@@ -202,7 +202,7 @@ func TestBurstRaiseIsUsedWithoutAReload(t *testing.T) {
 	}
 
 	reg := prometheus.NewRegistry()
-	s := w.scheduler(t, walConfig(w), pipeline.Deps{Registerer: reg}, true)
+	s := w.scheduler(t, walConfig(w), scheduler.Deps{Registerer: reg}, true)
 	runScheduler(t, s)
 	// Two 1-core frames fill the 2-core burst; the cluster then goes to
 	// sleep for an hour (at the burst in Redis, or left out by the job

@@ -1,11 +1,11 @@
-package pipeline_test
+package loop_test
 
 import (
 	"fmt"
 	"testing"
 
 	"github.com/cuesched/cuesched/scheduler/jobs"
-	"github.com/cuesched/cuesched/scheduler/pipeline"
+	"github.com/cuesched/cuesched/scheduler/loop"
 )
 
 func TestLotteryBudgets(t *testing.T) {
@@ -28,7 +28,7 @@ func TestLotteryBudgets(t *testing.T) {
 		{js(10, 20, 30, 40), "[2 4 6 8]"}, // proportional
 		{js(50, 50, 50, 50, 50), "[5 5 5 5 5]"},
 	} {
-		if got := fmt.Sprint(pipeline.LotteryBudgets(c.jobs, 5)); got != c.want {
+		if got := fmt.Sprint(loop.LotteryBudgets(c.jobs, 5)); got != c.want {
 			t.Errorf("LotteryBudgets(%v) = %s, want %s", c.jobs, got, c.want)
 		}
 	}

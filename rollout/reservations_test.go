@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cuesched/cuesched/rollout"
 	"github.com/cuesched/cuesched/scheduler/reservations"
-	"github.com/cuesched/cuesched/scheduler/rollout"
 )
 
 // cuesched status lists the host reservations held in Redis.

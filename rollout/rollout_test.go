@@ -6,12 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/cuesched/cuesched/shared/appname"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cuesched/cuesched/publisher"
-	"github.com/cuesched/cuesched/scheduler/rollout"
+	"github.com/cuesched/cuesched/rollout"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 )
 
@@ -20,28 +21,28 @@ func TestAppName(t *testing.T) {
 	for _, tc := range []struct {
 		role, inst, want string
 	}{
-		{rollout.RoleScheduler, "render-a", "cuesched-scheduler/render-a"},
-		{rollout.RoleSidecar, "", "cuesched-sidecar"},
-		{rollout.RoleSidecar, "cuebot-1/blue", "cuesched-sidecar/cuebot-1/blue"},
-		{rollout.RoleScheduler, "héte\n1", "cuesched-scheduler/h__te_1"},
-		{rollout.RoleScheduler, strings.Repeat("x", 80), "cuesched-scheduler/" + strings.Repeat("x", 63-len("cuesched-scheduler/"))},
+		{appname.RoleScheduler, "render-a", "cuesched-scheduler/render-a"},
+		{appname.RoleSidecar, "", "cuesched-sidecar"},
+		{appname.RoleSidecar, "cuebot-1/blue", "cuesched-sidecar/cuebot-1/blue"},
+		{appname.RoleScheduler, "héte\n1", "cuesched-scheduler/h__te_1"},
+		{appname.RoleScheduler, strings.Repeat("x", 80), "cuesched-scheduler/" + strings.Repeat("x", 63-len("cuesched-scheduler/"))},
 	} {
-		got := rollout.AppName(tc.role, tc.inst)
+		got := appname.Format(tc.role, tc.inst)
 		if got != tc.want {
-			t.Errorf("AppName(%q, %q) = %q, want %q", tc.role, tc.inst, got, tc.want)
+			t.Errorf("appname.Format(%q, %q) = %q, want %q", tc.role, tc.inst, got, tc.want)
 		}
-		role, _, ok := rollout.ParseAppName(got)
+		role, _, ok := appname.Parse(got)
 		if !ok || role != tc.role {
-			t.Errorf("ParseAppName(%q) = %q, %v", got, role, ok)
+			t.Errorf("appname.Parse(%q) = %q, %v", got, role, ok)
 		}
 	}
-	role, inst, ok := rollout.ParseAppName("cuesched-sidecar/cuebot-1/blue")
+	role, inst, ok := appname.Parse("cuesched-sidecar/cuebot-1/blue")
 	if !ok || role != "sidecar" || inst != "cuebot-1/blue" {
 		t.Errorf("ParseAppName kept %q %q %v", role, inst, ok)
 	}
 	for _, bad := range []string{"", "psql", "cuesched-", "cuesched-/x", "cuesched"} {
-		if _, _, ok := rollout.ParseAppName(bad); ok {
-			t.Errorf("ParseAppName(%q) accepted", bad)
+		if _, _, ok := appname.Parse(bad); ok {
+			t.Errorf("appname.Parse(%q) accepted", bad)
 		}
 	}
 }
@@ -453,7 +454,7 @@ func TestSidecarSlotRecognisedByItsHolder(t *testing.T) {
 	stopOther()
 
 	custom := fmt.Sprintf("studio_release_rt%d", n)
-	streamSlot(t, f.dbURL, custom, rollout.AppName(rollout.RoleSidecar, "cb1"))
+	streamSlot(t, f.dbURL, custom, appname.Format(appname.RoleSidecar, "cb1"))
 	if c := sidecarCheck(); !c.OK || !strings.Contains(c.Detail, custom) {
 		t.Fatalf("a sidecar's custom-named slot was not recognised: %+v", c)
 	}

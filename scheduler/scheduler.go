@@ -1,9 +1,10 @@
-package pipeline
+package scheduler
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cuesched/cuesched/scheduler/loop"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
@@ -23,8 +24,8 @@ import (
 	"github.com/cuesched/cuesched/scheduler/jobs"
 	"github.com/cuesched/cuesched/scheduler/matcher"
 	"github.com/cuesched/cuesched/scheduler/reservations"
-	"github.com/cuesched/cuesched/scheduler/reserve"
 	"github.com/cuesched/cuesched/scheduler/rqdclient"
+	"github.com/cuesched/cuesched/scheduler/sizing"
 	"github.com/cuesched/cuesched/scheduler/tiers"
 	"github.com/cuesched/cuesched/shared/config"
 	sharedmetrics "github.com/cuesched/cuesched/shared/metrics"
@@ -43,7 +44,7 @@ type Deps struct {
 	Hosts matcher.Hosts
 	// Gate is waited on before every pass. Nil: the accounting service's
 	// readiness (booking paused until Redis is bootstrapped).
-	Gate Gate
+	Gate loop.Gate
 	// NoAccounting skips the accounting service (bootstrap, reseed and
 	// recompute loops). For tests that seed Redis themselves; a production
 	// scheduler always runs it (only the elected leader runs the loops).
@@ -63,9 +64,9 @@ type Deps struct {
 
 // Scheduler is one assembled scheduler instance.
 type Scheduler struct {
-	Feed     *clusters.Feed
-	Pipeline *Pipeline
-	Matcher  *matcher.Matcher
+	Feed    *clusters.Feed
+	Loop    *loop.Loop
+	Matcher *matcher.Matcher
 	// Backoff is the matcher's per-(cluster, layer) backoff.
 	Backoff    *jobs.Backoff
 	Dispatcher *dispatch.Dispatcher
@@ -90,10 +91,10 @@ type Scheduler struct {
 
 func kb(s config.Size) int64 { return int64(s) / 1024 }
 
-// NewScheduler assembles a scheduler from cfg: it resolves the facility,
+// New assembles a scheduler from cfg: it resolves the facility,
 // loads the cluster set and wires the feed, matcher, dispatcher and RQD
 // client. It does not book anything until Run.
-func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err error) {
+func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err error) {
 	log := d.Logger
 	if log == nil {
 		log = hclog.NewNullLogger()
@@ -193,7 +194,7 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 	if unit <= 0 {
 		unit = 100
 	}
-	policy := reserve.Policy{CoreUnit: unit, StrandedMemKB: kb(q.MemoryStrandedThreshold), MinMemKB: kb(q.MemReservedMin)}
+	policy := sizing.Policy{CoreUnit: unit, StrandedMemKB: kb(q.MemoryStrandedThreshold), MinMemKB: kb(q.MemReservedMin)}
 	if !cfg.RQD.DryRun {
 		resolve := d.RQDResolve
 		if resolve == nil && cfg.RQD.AddressOverride != "" {
@@ -222,8 +223,8 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 	}, dispatch.Options{Logger: log, Registerer: d.Registerer, Reservations: s.Reservations})
 
 	hosts := d.Hosts
-	var gates []Gate
-	var capacity Capacity
+	var gates []loop.Gate
+	var capacity loop.Capacity
 	if hosts == nil {
 		hc := hostcache.ConfigFrom(cfg)
 		hc.ConnString = s.pool.Config().ConnString()
@@ -239,7 +240,7 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 		resvHosts.set(s.HostCache)
 		capacity = cacheCapacity{s.HostCache}
 		s.loops = append(s.loops, s.HostCache.Run)
-		gates = append(gates, GateFunc(s.HostCache.WaitReady))
+		gates = append(gates, loop.GateFunc(s.HostCache.WaitReady))
 		if d.Health != nil {
 			d.Health.SetCheck("hostcache", func() error {
 				if !s.HostCache.Ready() {
@@ -291,7 +292,7 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 		}
 		s.loops = append(s.loops, s.Accounting.Run)
 		if d.Gate == nil {
-			gates = append(gates, GateFunc(s.Accounting.WaitReady))
+			gates = append(gates, loop.GateFunc(s.Accounting.WaitReady))
 		}
 		if d.Health != nil {
 			d.Health.SetCheck("accounting", s.Accounting.ReadyErr)
@@ -311,12 +312,12 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 		s.loops = append(s.loops, g.Run)
 	}
 
-	s.Pipeline = New(s.pool, s.Feed, s.Matcher, Config{
+	s.Loop = loop.New(s.pool, s.Feed, s.Matcher, loop.Config{
 		ClusterBuffer: q.Stream.ClusterBufferSize, JobBuffer: q.Stream.JobBufferSize, MaxJobsPerPass: q.MaxJobsPerClusterPass,
 		CoreUnit: int(unit), AgeRelief: q.PriorityAgeRelief.D(),
 		Lottery: q.JobOrder != config.JobOrderStrict, LotterySeed: q.LotterySeed,
 		EmptySleep: q.ClusterEmptySleep.D(), SaturatedSleep: q.ClusterSaturatedSleep.D(), Schema: &schema,
-	}, Options{Logger: log, Registerer: d.Registerer, Gate: allGates(gates), Capacity: capacity, Booked: booked})
+	}, loop.Options{Logger: log, Registerer: d.Registerer, Gate: loop.AllGates(gates), Capacity: capacity, Booked: booked})
 
 	if d.Health != nil {
 		d.Health.SetCheck("scheduler", func() error {
@@ -331,17 +332,17 @@ func NewScheduler(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler,
 	return s, nil
 }
 
-// Run runs the pipeline and the loops until ctx ends or a loop fails.
+// Run runs the loop and the background loops until ctx ends or a loop fails.
 func (s *Scheduler) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, len(s.loops)+1)
 	var wg sync.WaitGroup
-	for _, loop := range s.loops {
+	for _, run := range s.loops {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := loop(ctx); err != nil && ctx.Err() == nil {
+			if err := run(ctx); err != nil && ctx.Err() == nil {
 				errs <- err
 				cancel()
 			}
@@ -350,7 +351,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_ = s.Pipeline.Run(ctx)
+		_ = s.Loop.Run(ctx)
 	}()
 	wg.Wait()
 	select {
@@ -370,28 +371,7 @@ func (a cacheCapacity) Watch(c *clusters.Cluster) clusters.Watch {
 
 func (a cacheCapacity) Changed() <-chan struct{} { return a.c.CapacityChanged() }
 
-// allGates waits on every gate in turn (nil when there is none).
-func allGates(gs []Gate) Gate {
-	if len(gs) == 0 {
-		return nil
-	}
-	return GateFunc(func(ctx context.Context) error {
-		for _, g := range gs {
-			if err := g.Wait(ctx); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-// GateFunc adapts a function to Gate.
-type GateFunc func(ctx context.Context) error
-
-// Wait implements Gate.
-func (f GateFunc) Wait(ctx context.Context) error { return f(ctx) }
-
-// Close releases what NewScheduler opened.
+// Close releases what New opened.
 func (s *Scheduler) Close() {
 	s.closeOnce.Do(func() {
 		if s.rqd != nil {

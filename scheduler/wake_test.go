@@ -1,12 +1,12 @@
-package pipeline_test
+package scheduler_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/cuesched/cuesched/scheduler"
 	"github.com/cuesched/cuesched/scheduler/clusters"
-	"github.com/cuesched/cuesched/scheduler/pipeline"
 	"github.com/cuesched/cuesched/shared/config"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 
@@ -58,7 +58,7 @@ func TestFreedCapacityWakesOnlyItsCluster(t *testing.T) {
 	cfg.Queue.LayerBackoffMin = config.Duration(time.Hour)
 	cfg.Queue.LayerBackoffMax = config.Duration(time.Hour)
 	cfg.Queue.ActiveScanInterval = config.Duration(50 * time.Millisecond)
-	s := w.scheduler(t, cfg, pipeline.Deps{NoAccounting: true}, true)
+	s := w.scheduler(t, cfg, scheduler.Deps{NoAccounting: true}, true)
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- s.Run(rctx) }()

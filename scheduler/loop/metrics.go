@@ -1,4 +1,4 @@
-package pipeline
+package loop
 
 import "github.com/prometheus/client_golang/prometheus"
 

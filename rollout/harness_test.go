@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/cuesched/cuesched/shared/appname"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -18,8 +19,8 @@ import (
 
 	"github.com/cuesched/cuesched/migrations"
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/rollout"
 	"github.com/cuesched/cuesched/scheduler/accounting"
-	"github.com/cuesched/cuesched/scheduler/rollout"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
@@ -214,7 +215,7 @@ func streamSlot(t *testing.T, dbURL, slot, app string) (stop func()) {
 func fakeScheduler(t *testing.T, dbURL, instance string, lead bool) *pgx.Conn {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, withAppName(t, dbURL, rollout.AppName(rollout.RoleScheduler, instance)))
+	conn, err := pgx.Connect(ctx, withAppName(t, dbURL, appname.Format(appname.RoleScheduler, instance)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +234,7 @@ func fakeScheduler(t *testing.T, dbURL, instance string, lead bool) *pgx.Conn {
 func runScheduler(t *testing.T, f *farm, instance string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	pool, err := pgxpool.New(ctx, withAppName(t, f.dbURL, rollout.AppName(rollout.RoleScheduler, instance)))
+	pool, err := pgxpool.New(ctx, withAppName(t, f.dbURL, appname.Format(appname.RoleScheduler, instance)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-// Package pipeline is the scheduler's proactive loop: workers take clusters
+// Package loop is the scheduler's proactive loop: workers take clusters
 // from the feed, query the cluster's pending jobs, let the matcher work
 // them, and hand the cluster back with a sleep that depends on what the
 // pass found (rust-scheduler §4.1–4.2).
@@ -33,21 +33,9 @@
 // at burst, stops the pass from starting more jobs; jobs already running
 // finish their batches rather than being cancelled mid-booking.
 //
-// NewScheduler assembles one instance from the configuration: the cluster
-// feed (facility scoping, ignore_tags, awake gate; it follows the WAL
-// through the host cache's stream, clusters.Follower being the cache's
-// Tap, with the periodic reload as a backstop, and copies caps the WAL
-// says changed to Redis through the accounting service before it wakes
-// their shows), the replication-fed host cache (scheduler/hostcache), the
-// Redis publisher and
-// the accounting service (bootstrap, booking gate, leader-elected recompute
-// and reseed loops), the dispatcher with its RQD client pool, and the
-// matcher. It detects which optional Cuebot columns the database has
-// (layer.ts_start_after, frame.ts_eligible) and adapts the queries, so an
-// older Cuebot schema works too. Run runs the pipeline and those loops;
-// cancelling it drains: workers stop taking clusters, batches in flight
-// finish (their launches and compensations use detached contexts).
-package pipeline
+// The scheduler package (scheduler.New) assembles the loop with the feed,
+// the matcher and the accounting gate; this package keeps only the loop.
+package loop
 
 import (
 	"context"
@@ -126,8 +114,8 @@ type Options struct {
 	Booked func(ctx context.Context, c *clusters.Cluster)
 }
 
-// Pipeline runs passes until its context ends.
-type Pipeline struct {
+// Loop runs passes until its context ends.
+type Loop struct {
 	db       jobs.DB
 	feed     *clusters.Feed
 	worker   Worker
@@ -144,7 +132,7 @@ type Pipeline struct {
 }
 
 // New returns a pipeline over feed and worker.
-func New(db jobs.DB, feed *clusters.Feed, worker Worker, cfg Config, o Options) *Pipeline {
+func New(db jobs.DB, feed *clusters.Feed, worker Worker, cfg Config, o Options) *Loop {
 	if cfg.ClusterBuffer <= 0 {
 		cfg.ClusterBuffer = 3
 	}
@@ -175,7 +163,7 @@ func New(db jobs.DB, feed *clusters.Feed, worker Worker, cfg Config, o Options) 
 	if seed == 0 {
 		seed = time.Now().UnixNano()
 	}
-	return &Pipeline{db: db, feed: feed, worker: worker, cfg: cfg, gate: o.Gate, capacity: o.Capacity, booked: o.Booked, log: log.Named("pipeline"), m: newMetrics(o.Registerer),
+	return &Loop{db: db, feed: feed, worker: worker, cfg: cfg, gate: o.Gate, capacity: o.Capacity, booked: o.Booked, log: log.Named("pipeline"), m: newMetrics(o.Registerer),
 		draws: rand.New(rand.NewSource(seed))}
 }
 
@@ -207,7 +195,7 @@ func LotteryBudgets(js []jobs.Job, perJob int) []int {
 }
 
 // draw names the next lottery draw.
-func (p *Pipeline) draw() string {
+func (p *Loop) draw() string {
 	p.drawMu.Lock()
 	defer p.drawMu.Unlock()
 	return strconv.FormatUint(p.draws.Uint64(), 36)
@@ -215,7 +203,7 @@ func (p *Pipeline) draw() string {
 
 // Run runs the feed's refresh loop and the workers until ctx ends. It
 // returns nil on cancellation, after every pass in flight has finished.
-func (p *Pipeline) Run(ctx context.Context) error {
+func (p *Loop) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -242,7 +230,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 
 // forwardWakeups pokes the feed at every capacity change, so workers
 // waiting for a cluster look at the sleeping clusters' watches.
-func (p *Pipeline) forwardWakeups(ctx context.Context) {
+func (p *Loop) forwardWakeups(ctx context.Context) {
 	for {
 		ch := p.capacity.Changed()
 		select {
@@ -254,7 +242,7 @@ func (p *Pipeline) forwardWakeups(ctx context.Context) {
 	}
 }
 
-func (p *Pipeline) work(ctx context.Context) {
+func (p *Loop) work(ctx context.Context) {
 	for ctx.Err() == nil {
 		if p.gate != nil {
 			if err := p.gate.Wait(ctx); err != nil {
@@ -301,14 +289,14 @@ type PassResult struct {
 }
 
 // Pass works one cluster once.
-func (p *Pipeline) Pass(ctx context.Context, c *clusters.Cluster) PassResult {
+func (p *Loop) Pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	r := p.pass(ctx, c)
 	p.m.passes.WithLabelValues(string(r.Reason)).Inc()
 	p.m.perPass.WithLabelValues(c.Type().Label()).Observe(float64(r.Dispatched))
 	return r
 }
 
-func (p *Pipeline) pass(ctx context.Context, c *clusters.Cluster) PassResult {
+func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	var wake clusters.Watch
 	if p.capacity != nil {
 		wake = p.capacity.Watch(c)
@@ -447,3 +435,24 @@ func (p *Pipeline) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	}
 	return res
 }
+
+// AllGates waits on every gate in turn (nil when there is none).
+func AllGates(gs []Gate) Gate {
+	if len(gs) == 0 {
+		return nil
+	}
+	return GateFunc(func(ctx context.Context) error {
+		for _, g := range gs {
+			if err := g.Wait(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// GateFunc adapts a function to Gate.
+type GateFunc func(ctx context.Context) error
+
+// Wait implements Gate.
+func (f GateFunc) Wait(ctx context.Context) error { return f(ctx) }

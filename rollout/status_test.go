@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/cuesched/cuesched/shared/appname"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cuesched/cuesched/scheduler/rollout"
+	"github.com/cuesched/cuesched/rollout"
 )
 
 func statusOf(t *testing.T, tl *rollout.Tool, audit bool) (*rollout.StatusReport, string) {
@@ -28,9 +29,9 @@ func TestStatusHealthyFarm(t *testing.T) {
 	t.Parallel()
 	f := newFarm(t)
 	slot := uniqueSlot(t)
-	streamSlot(t, f.dbURL, slot, rollout.AppName(rollout.RoleSidecar, "cb1"))
+	streamSlot(t, f.dbURL, slot, appname.Format(appname.RoleSidecar, "cb1"))
 	// A second sidecar instance without the slot: a standby.
-	standby := fakeConn(t, f.dbURL, rollout.AppName(rollout.RoleSidecar, "cb2"))
+	standby := fakeConn(t, f.dbURL, appname.Format(appname.RoleSidecar, "cb2"))
 	_ = standby
 	runScheduler(t, f, "sched-a")
 	fakeScheduler(t, f.dbURL, "sched-b", false)
@@ -125,7 +126,7 @@ func TestStatusNeedsAttention(t *testing.T) {
 
 	// Unseeded managed show and no leader.
 	g := newFarm(t)
-	streamSlot(t, g.dbURL, uniqueSlot(t), rollout.AppName(rollout.RoleSidecar, "cb1"))
+	streamSlot(t, g.dbURL, uniqueSlot(t), appname.Format(appname.RoleSidecar, "cb1"))
 	g.exec(t, `UPDATE show SET b_scheduler_managed = true WHERE pk_show = $1`, g.beta.ID)
 	rep, out = statusOf(t, g.tool(t, true), false)
 	contains(t, "status", out, `managed show "beta" is not seeded`, "no scheduler is connected", "Redis is not bootstrapped")

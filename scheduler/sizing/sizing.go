@@ -1,4 +1,4 @@
-// Package reserve decides how much of a host one frame books, by Cuebot's
+// Package sizing decides how much of a host one frame books, by Cuebot's
 // rules (VirtualProc.build; rust-scheduler §4.7).
 //
 // Cores, in whole cores (Cuebot stores centicores; RQD refuses fractions):
@@ -21,7 +21,7 @@
 // Memory, GPUs and GPU memory book exactly the layer minimums. A frame that
 // does not fit (no core left, or the cores, memory or GPUs it needs exceed
 // what is idle) is refused.
-package reserve
+package sizing
 
 // Thread modes (host.int_thread_mode).
 const (

@@ -1,4 +1,4 @@
-package pipeline_test
+package scheduler_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/cuesched/cuesched/publisher"
-	"github.com/cuesched/cuesched/scheduler/pipeline"
+	"github.com/cuesched/cuesched/scheduler"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
@@ -53,7 +53,7 @@ func TestShowTiersNextSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s := w.scheduler(t, testConfig(w), pipeline.Deps{NoAccounting: true})
+	s := w.scheduler(t, testConfig(w), scheduler.Deps{NoAccounting: true})
 	c, err := s.Feed.Next(ctx)
 	if err != nil {
 		t.Fatal(err)

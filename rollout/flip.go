@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cuesched/cuesched/shared/appname"
 	"io"
 	"strings"
 	"time"
@@ -152,7 +153,7 @@ func (t *Tool) Preflight(ctx context.Context, show Show, on bool) (*Preflight, e
 	case ob.schedulers() > 0:
 		add(Check{Name: CheckScheduler, Detail: fmt.Sprintf("%d scheduler instance(s) connected but none holds the accounting loop lock (yet): nobody will seed the show until one does", ob.schedulers())})
 	default:
-		add(Check{Name: CheckScheduler, Detail: "no scheduler instance is connected (application_name " + AppName(RoleScheduler, "*") + ") and nobody holds the accounting loop lock: the show will not be seeded, hence not booked, until a scheduler runs"})
+		add(Check{Name: CheckScheduler, Detail: "no scheduler instance is connected (application_name " + appname.Format(appname.RoleScheduler, "*") + ") and nobody holds the accounting loop lock: the show will not be seeded, hence not booked, until a scheduler runs"})
 	}
 
 	var burst int
@@ -492,7 +493,7 @@ func leaderLine(s WaitState) string {
 	case s.Schedulers > 0:
 		return fmt.Sprintf("loop leader: none: %d scheduler instance(s) connected, none holds the accounting lock", s.Schedulers)
 	default:
-		return "loop leader: none: no scheduler is connected to this database (is a scheduler running? it identifies itself as " + AppName(RoleScheduler, "<instance>") + ")"
+		return "loop leader: none: no scheduler is connected to this database (is a scheduler running? it identifies itself as " + appname.Format(appname.RoleScheduler, "<instance>") + ")"
 	}
 }
 

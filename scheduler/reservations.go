@@ -1,4 +1,4 @@
-package pipeline
+package scheduler
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/cuesched/cuesched/scheduler/hostcache"
 	"github.com/cuesched/cuesched/scheduler/reservations"
-	"github.com/cuesched/cuesched/scheduler/reserve"
+	"github.com/cuesched/cuesched/scheduler/sizing"
 	"github.com/cuesched/cuesched/shared/config"
 )
 
@@ -36,7 +36,7 @@ func (s *servingHosts) Serving(facilityID, showID string, tags []string, os stri
 // newReservations builds the instance's reservation manager from
 // queue.reservations (see scheduler/reservations).
 func newReservations(cfg config.Config, pool *pgxpool.Pool, rdb redis.UniversalClient, hosts reservations.Hosts,
-	policy reserve.Policy, log hclog.Logger, reg prometheus.Registerer) *reservations.Manager {
+	policy sizing.Policy, log hclog.Logger, reg prometheus.Registerer) *reservations.Manager {
 	r := cfg.Queue.Reservations
 	instance := cfg.Scheduler.InstanceName
 	if instance == "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/cuesched/cuesched/shared/appname"
 	"io"
 	"strings"
 	"text/tabwriter"
@@ -146,7 +147,7 @@ func (t *Tool) Status(ctx context.Context, o StatusOptions) (*StatusReport, erro
 	}
 	if rep.ManagedShows > 0 {
 		switch {
-		case r.Leader == nil && countRole(r.Instances, RoleScheduler) == 0:
+		case r.Leader == nil && countRole(r.Instances, appname.RoleScheduler) == 0:
 			attention("%d show(s) are scheduler-managed but no scheduler is connected and nobody holds the accounting loop lock", rep.ManagedShows)
 		case r.Leader == nil:
 			attention("no scheduler holds the accounting loop lock: recompute, limit reseed and seeding of flipped shows are not running")
@@ -314,7 +315,7 @@ func (r *StatusReport) Write(w io.Writer) error {
 
 	p("\ninstances:")
 	if len(r.Instances) == 0 {
-		p("  none connected (cuesched processes identify themselves as %s)", AppName("<role>", "<instance>"))
+		p("  none connected (cuesched processes identify themselves as %s)", appname.Format("<role>", "<instance>"))
 	} else {
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  ROLE\tINSTANCE\tCONNS\tFROM\tSINCE\tSTATE")
@@ -326,10 +327,10 @@ func (r *StatusReport) Write(w io.Writer) error {
 			if len(in.Slots) > 0 {
 				state = append(state, "streams "+strings.Join(in.Slots, ", "))
 			}
-			if in.Role == RoleSidecar && len(in.Slots) == 0 {
+			if in.Role == appname.RoleSidecar && len(in.Slots) == 0 {
 				state = append(state, "standby (holds no slot)")
 			}
-			if in.Role == RoleScheduler && !in.Leader {
+			if in.Role == appname.RoleScheduler && !in.Leader {
 				state = append(state, "follower")
 			}
 			since := ""

@@ -1,4 +1,4 @@
-package pipeline_test
+package scheduler_test
 
 import (
 	"context"
@@ -12,8 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/scheduler"
 	"github.com/cuesched/cuesched/scheduler/clusters"
-	"github.com/cuesched/cuesched/scheduler/pipeline"
+	"github.com/cuesched/cuesched/scheduler/loop"
 	"github.com/cuesched/cuesched/shared/config"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
@@ -93,7 +94,7 @@ func testConfig(w *world) config.Config {
 
 // scheduler builds a scheduler over w. Without Deps.Hosts it uses the real
 // replication-fed host cache when realCache is set, else the DB stand-in.
-func (w *world) scheduler(t *testing.T, cfg config.Config, d pipeline.Deps, realCache ...bool) *pipeline.Scheduler {
+func (w *world) scheduler(t *testing.T, cfg config.Config, d scheduler.Deps, realCache ...bool) *scheduler.Scheduler {
 	t.Helper()
 	d.Pool = w.pool
 	if d.Hosts == nil && len(realCache) == 0 {
@@ -102,7 +103,7 @@ func (w *world) scheduler(t *testing.T, cfg config.Config, d pipeline.Deps, real
 	if d.Registerer == nil {
 		d.Registerer = prometheus.NewRegistry()
 	}
-	s, err := pipeline.NewScheduler(context.Background(), cfg, d)
+	s, err := scheduler.New(context.Background(), cfg, d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,21 +118,21 @@ func allocCluster(w *world) *clusters.Cluster {
 func TestPassOutcomes(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, 1)
-	s := w.scheduler(t, testConfig(w), pipeline.Deps{NoAccounting: true})
+	s := w.scheduler(t, testConfig(w), scheduler.Deps{NoAccounting: true})
 	c := allocCluster(w)
 	ctx := context.Background()
 
-	r := s.Pipeline.Pass(ctx, c)
-	if r.Reason != pipeline.NoJobs || r.Sleep != time.Hour {
+	r := s.Loop.Pass(ctx, c)
+	if r.Reason != loop.NoJobs || r.Sleep != time.Hour {
 		t.Fatalf("empty cluster pass = %+v", r)
 	}
 	w.job(t, "j1", 6)
-	r = s.Pipeline.Pass(ctx, c)
-	if r.Reason != pipeline.Booked || r.Dispatched != 4 || r.Sleep != 0 || r.Jobs != 1 {
+	r = s.Loop.Pass(ctx, c)
+	if r.Reason != loop.Booked || r.Dispatched != 4 || r.Sleep != 0 || r.Jobs != 1 {
 		t.Fatalf("pass with work = %+v, want 4 booked on the 4-core host", r)
 	}
-	r = s.Pipeline.Pass(ctx, c)
-	if r.Reason != pipeline.Saturated || r.Dispatched != 0 || r.Sleep != time.Minute {
+	r = s.Loop.Pass(ctx, c)
+	if r.Reason != loop.Saturated || r.Dispatched != 0 || r.Sleep != time.Minute {
 		t.Fatalf("pass on a full farm = %+v", r)
 	}
 	var running int64
@@ -152,24 +153,24 @@ func TestAllocAtBurstSleepsShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.job(t, "j1", 6)
-	s := w.scheduler(t, testConfig(w), pipeline.Deps{})
+	s := w.scheduler(t, testConfig(w), scheduler.Deps{})
 	c := allocCluster(w)
-	r := s.Pipeline.Pass(ctx, c)
-	if r.Reason != pipeline.AllocFull || r.Dispatched != 2 || r.Sleep != time.Minute {
+	r := s.Loop.Pass(ctx, c)
+	if r.Reason != loop.AllocFull || r.Dispatched != 2 || r.Sleep != time.Minute {
 		t.Fatalf("first pass = %+v, want 2 frames booked up to the 2-core burst, then alloc_full with the saturated sleep (1m)", r)
 	}
 	// The job query leaves the show out at its burst: no bookable job, but
 	// waiting work, so the short sleep again.
-	r = s.Pipeline.Pass(ctx, c)
-	if r.Reason != pipeline.Capped || r.Dispatched != 0 || r.Sleep != time.Minute {
+	r = s.Loop.Pass(ctx, c)
+	if r.Reason != loop.Capped || r.Dispatched != 0 || r.Sleep != time.Minute {
 		t.Fatalf("pass at burst = %+v, want capped with the saturated sleep (1m)", r)
 	}
 	// Nothing waiting at all: the empty sleep.
 	if _, err := w.pool.Exec(ctx, `UPDATE job SET b_paused = true WHERE pk_show = $1`, w.show.ID); err != nil {
 		t.Fatal(err)
 	}
-	r = s.Pipeline.Pass(ctx, c)
-	if r.Reason != pipeline.NoJobs || r.Sleep != time.Hour {
+	r = s.Loop.Pass(ctx, c)
+	if r.Reason != loop.NoJobs || r.Sleep != time.Hour {
 		t.Fatalf("pass with nothing waiting = %+v, want no_jobs with the empty sleep (1h)", r)
 	}
 }
@@ -199,7 +200,7 @@ func TestRunWaitsForTheGate(t *testing.T) {
 	cfg := testConfig(w)
 	cfg.Queue.ActiveScanInterval = config.Duration(20 * time.Millisecond)
 	gate := &countingGate{}
-	s := w.scheduler(t, cfg, pipeline.Deps{NoAccounting: true, Gate: gate})
+	s := w.scheduler(t, cfg, scheduler.Deps{NoAccounting: true, Gate: gate})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
@@ -235,7 +236,7 @@ func TestNewSchedulerErrors(t *testing.T) {
 	w := newWorld(t, 0)
 	cfg := testConfig(w)
 	cfg.Scheduler.Facility = "atlantis"
-	_, err := pipeline.NewScheduler(context.Background(), cfg, pipeline.Deps{Pool: w.pool, Hosts: farmseed.NewDBHosts(w.pool), NoAccounting: true})
+	_, err := scheduler.New(context.Background(), cfg, scheduler.Deps{Pool: w.pool, Hosts: farmseed.NewDBHosts(w.pool), NoAccounting: true})
 	if !errors.Is(err, clusters.ErrUnknownFacility) || !strings.Contains(err.Error(), "atlantis") {
 		t.Fatalf("unknown facility: %v", err)
 	}
@@ -260,7 +261,7 @@ func TestSchedulerWithAccountingLaunches(t *testing.T) {
 	cfg.RQD.DryRun = false
 	cfg.Queue.ActiveScanInterval = config.Duration(20 * time.Millisecond)
 	cfg.Accounting.LeaderPollInterval = config.Duration(50 * time.Millisecond)
-	s := w.scheduler(t, cfg, pipeline.Deps{RQDResolve: fake.Resolve}, true)
+	s := w.scheduler(t, cfg, scheduler.Deps{RQDResolve: fake.Resolve}, true)
 	if s.Accounting == nil || s.HostCache == nil {
 		t.Fatal("no accounting service or host cache")
 	}

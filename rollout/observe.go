@@ -3,6 +3,7 @@ package rollout
 import (
 	"context"
 	"fmt"
+	"github.com/cuesched/cuesched/shared/appname"
 	"sort"
 	"strings"
 	"time"
@@ -141,7 +142,7 @@ func (t *Tool) observe(ctx context.Context, sidecarPrefix, slotPrefix string) (*
 			rows.Close()
 			return nil, fmt.Errorf("read the loop lock: %w", err)
 		}
-		if role, inst, ok := ParseAppName(l.AppName); ok {
+		if role, inst, ok := appname.Parse(l.AppName); ok {
 			l.Instance = Instance{Role: role, Name: inst}.Label()
 		}
 		ob.leader = &l
@@ -164,7 +165,7 @@ func (t *Tool) observe(ctx context.Context, sidecarPrefix, slotPrefix string) (*
 		                          ELSE pg_current_wal_lsn() END AS lsn) w
 		 WHERE s.database = current_database()
 		   AND (left(s.slot_name, length($1)) = $1 OR left(COALESCE(a.application_name, ''), length($2)) = $2)
-		 ORDER BY s.slot_name`, slotPrefix, AppName(RoleSidecar, ""))
+		 ORDER BY s.slot_name`, slotPrefix, appname.Format(appname.RoleSidecar, ""))
 	if err != nil {
 		return nil, fmt.Errorf("read replication slots: %w", err)
 	}
@@ -177,8 +178,8 @@ func (t *Tool) observe(ctx context.Context, sidecarPrefix, slotPrefix string) (*
 		}
 		// A sidecar's slot: named with the sidecar prefix, or streamed by
 		// a cuesched sidecar whatever its name (sidecar.slot_name is free).
-		role, _, _ := ParseAppName(s.Holder)
-		s.Sidecar = strings.HasPrefix(s.Name, sidecarPrefix) || (s.Active && role == RoleSidecar)
+		role, _, _ := appname.Parse(s.Holder)
+		s.Sidecar = strings.HasPrefix(s.Name, sidecarPrefix) || (s.Active && role == appname.RoleSidecar)
 		ob.slots = append(ob.slots, s)
 	}
 	rows.Close()
@@ -193,7 +194,7 @@ func (t *Tool) observe(ctx context.Context, sidecarPrefix, slotPrefix string) (*
 		  FROM pg_stat_activity
 		 WHERE datname = current_database() AND left(application_name, length($1)) = $1
 		   AND pid <> pg_backend_pid()
-		 ORDER BY backend_start, pid`, AppNamePrefix)
+		 ORDER BY backend_start, pid`, appname.Prefix)
 	if err != nil {
 		return nil, fmt.Errorf("read pg_stat_activity: %w", err)
 	}
@@ -205,8 +206,8 @@ func (t *Tool) observe(ctx context.Context, sidecarPrefix, slotPrefix string) (*
 			rows.Close()
 			return nil, fmt.Errorf("read pg_stat_activity: %w", err)
 		}
-		role, inst, ok := ParseAppName(c.AppName)
-		if !ok || role == RoleCLI {
+		role, inst, ok := appname.Parse(c.AppName)
+		if !ok || role == appname.RoleCLI {
 			continue
 		}
 		key := role + "/" + inst
@@ -247,7 +248,7 @@ func (t *Tool) observe(ctx context.Context, sidecarPrefix, slotPrefix string) (*
 func (ob *observation) schedulers() int {
 	n := 0
 	for _, i := range ob.instances {
-		if i.Role == RoleScheduler {
+		if i.Role == appname.RoleScheduler {
 			n++
 		}
 	}
