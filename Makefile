@@ -18,6 +18,7 @@ deps:
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/cuesched ./cmd/cuesched
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/cuesched-lab ./cmd/cuesched-lab
 
 test: deps
 	$(GO) vet $(PKGS)
@@ -31,17 +32,17 @@ stress:
 	STRESS_RUNS=$(STRESS_RUNS) STRESS_CPUS=$(STRESS_CPUS) bash scripts/stress-test.sh
 
 demo: deps build
-	./bin/cuesched demo $(DEMO_FLAGS)
+	./bin/cuesched-lab demo $(DEMO_FLAGS)
 
 bench: deps build
 	$(GO) run ./bench/cmd/report
 
-# The verify battery: every `cuesched sim` scenario (and its comparison
+# The verify battery: every `cuesched-lab sim` scenario (and its comparison
 # variants) against an embedded farm; writes verify/report.md, report.json
 # and the fill charts, and fails if any judged scenario fails.
 # VERIFY_FLAGS passes more flags (e.g. --seed 7 --scale 2).
 verify: deps build
-	./bin/cuesched sim --scenario all --out verify $(VERIFY_FLAGS)
+	./bin/cuesched-lab sim --scenario all --out verify $(VERIFY_FLAGS)
 
 # The full fault and bad-input suite (lab/faults): every fault
 # randomized and repeated, the chaos run, and every bad-input case. Its fast

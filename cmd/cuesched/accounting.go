@@ -5,20 +5,22 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cuesched/cuesched/shared/cli"
+
 	"github.com/cuesched/cuesched/scheduler/accounting"
 )
 
 // accountingGroup is "cuesched accounting".
-func accountingGroup() group {
-	return group{name: "cuesched accounting", subs: []subcommand{
-		{name: "audit", run: runAccountingAudit, summary: "compare every Redis counter with SUM(proc) and every cap " +
+func accountingGroup() cli.Group {
+	return cli.Group{Name: "cuesched accounting", Subs: []cli.Subcommand{
+		{Name: "audit", Run: runAccountingAudit, Summary: "compare every Redis counter with SUM(proc) and every cap " +
 			"with the Postgres accounting tables; exit 1 on any difference"},
 	}}
 }
 
 // runAccounting is "cuesched accounting <subcommand>".
-func runAccounting(ctx context.Context, c *cli, args []string) int {
-	return accountingGroup().run(ctx, c, args)
+func runAccounting(ctx context.Context, c *cli.Env, args []string) int {
+	return accountingGroup().Run(ctx, c, args)
 }
 
 const accountingAuditUsage = `usage: cuesched accounting audit [--timeout DURATION] [--config FILE]
@@ -34,34 +36,34 @@ confirm.
 `
 
 // runAccountingAudit is "cuesched accounting audit".
-func runAccountingAudit(ctx context.Context, c *cli, args []string) int {
-	fs := newFlagSet(c, "cuesched accounting audit", accountingAuditUsage)
-	name := fs.name
-	cf := addConnFlags(fs, true)
+func runAccountingAudit(ctx context.Context, c *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(c, "cuesched accounting audit", accountingAuditUsage)
+	name := fs.Name()
+	cf := cli.AddConnFlags(fs, true)
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
-	if code, done := fs.parse(args); done {
+	if code, done := fs.ParseArgs(args); done {
 		return code
 	}
 	if fs.NArg() > 0 {
-		return fs.fail("unexpected argument %q", fs.Arg(0))
+		return fs.Fail("unexpected argument %q", fs.Arg(0))
 	}
-	v, code := cf.resolve(c, name, true)
+	v, code := cf.Resolve(c, name, true)
 	if code != 0 {
 		return code
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	cn, code := openConns(ctx, c, name, v, 4)
+	cn, code := cli.OpenConns(ctx, c, name, v, 4)
 	if code != 0 {
 		return code
 	}
-	defer cn.close()
-	rep, err := accounting.Audit(ctx, cn.pool, cn.pub)
+	defer cn.Close()
+	rep, err := accounting.Audit(ctx, cn.Pool, cn.Pub)
 	if err != nil {
-		fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
 		return 1
 	}
-	rep.Write(c.stdout)
+	rep.Write(c.Stdout)
 	if len(rep.Drifts) > 0 {
 		return 1
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cuesched/cuesched/shared/cli"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -21,7 +23,7 @@ import (
 
 func runAccountingT(env map[string]string, args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
-	c := &cli{stdout: &out, stderr: &errb, getenv: func(k string) string { return env[k] }, logger: hclog.NewNullLogger()}
+	c := &cli.Env{Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return env[k] }, Logger: hclog.NewNullLogger()}
 	code := runAccounting(context.Background(), c, args)
 	return code, out.String(), errb.String()
 }

@@ -7,6 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cuesched/cuesched/shared/cli"
+
 	"github.com/cuesched/cuesched/scheduler/explain"
 )
 
@@ -36,37 +38,37 @@ Postgres only (one query).
 `
 
 // runExplain is "cuesched explain".
-func runExplain(ctx context.Context, c *cli, args []string) int {
-	fs := newFlagSet(c, "cuesched explain", explainUsage)
-	name := fs.name
-	cf := addConnFlags(fs, false)
+func runExplain(ctx context.Context, c *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(c, "cuesched explain", explainUsage)
+	name := fs.Name()
+	cf := cli.AddConnFlags(fs, false)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	gpuProtection := fs.Bool("gpu-protection", true, "classify as the scheduler does with queue.gpu_protection on (the strand reason)")
 	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
-	pos, code, done := fs.parseInterleaved(args)
+	pos, code, done := fs.ParseInterleaved(args)
 	if done {
 		return code
 	}
 	if len(pos) > 2 {
-		return fs.fail("unexpected argument %q", pos[2])
+		return fs.Fail("unexpected argument %q", pos[2])
 	}
 	pos = append(pos, "", "")
 	job, layer := pos[0], pos[1]
-	v, code := cf.resolve(c, name, false)
+	v, code := cf.Resolve(c, name, false)
 	if code != 0 {
 		return code
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	cn, code := openConns(ctx, c, name, v, 1)
+	cn, code := cli.OpenConns(ctx, c, name, v, 1)
 	if code != 0 {
 		return code
 	}
-	defer cn.close()
-	pool := cn.pool
+	defer cn.Close()
+	pool := cn.Pool
 	reps, err := explain.Layers(ctx, pool, job, layer, *gpuProtection)
 	if err != nil {
-		fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
 		return 1
 	}
 	if len(reps) == 0 && job != "" {
@@ -74,7 +76,7 @@ func runExplain(ctx context.Context, c *cli, args []string) int {
 		if layer != "" {
 			what = "layer " + layer + " of " + what
 		}
-		fmt.Fprintf(c.stderr, "%s: %s: no waiting or depending frames of a pending job of a scheduler-managed show\n", name, what)
+		fmt.Fprintf(c.Stderr, "%s: %s: no waiting or depending frames of a pending job of a scheduler-managed show\n", name, what)
 		return 1
 	}
 	if *asJSON {
@@ -93,19 +95,19 @@ func runExplain(ctx context.Context, c *cli, args []string) int {
 		for _, r := range reps {
 			out = append(out, row{r.Show, r.Job, r.Layer, string(r.Reason), r.Detail, r.Waiting, r.Depend, r.Running, bestHost(r)})
 		}
-		enc := json.NewEncoder(c.stdout)
+		enc := json.NewEncoder(c.Stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(out); err != nil {
-			fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
+			fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
 			return 1
 		}
 		return 0
 	}
 	if len(reps) == 0 {
-		fmt.Fprintln(c.stdout, "no waiting frames in scheduler-managed shows")
+		fmt.Fprintln(c.Stdout, "no waiting frames in scheduler-managed shows")
 		return 0
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SHOW\tJOB\tLAYER\tWAITING\tDEPEND\tRUNNING\tREASON\tBEST HOST")
 	for _, r := range reps {
 		best := bestHost(r)
@@ -117,9 +119,9 @@ func runExplain(ctx context.Context, c *cli, args []string) int {
 	if err := tw.Flush(); err != nil {
 		return 1
 	}
-	fmt.Fprintln(c.stdout)
+	fmt.Fprintln(c.Stdout)
 	for _, r := range reps {
-		fmt.Fprintf(c.stdout, "%s/%s: %s: %s\n", r.Job, r.Layer, r.Reason, r.Detail)
+		fmt.Fprintf(c.Stdout, "%s/%s: %s: %s\n", r.Job, r.Layer, r.Reason, r.Detail)
 	}
 	return 0
 }

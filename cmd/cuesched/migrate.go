@@ -8,31 +8,34 @@ import (
 	"io"
 	"strings"
 
-	"github.com/cuesched/cuesched/migrations"
+	"github.com/cuesched/cuesched/shared/cli"
+
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cuesched/cuesched/migrations"
 )
 
 // migrateGroup is "cuesched migrate": flags may come before or after the
 // subcommand ("migrate --database-url URL up" and "migrate up --database-url
 // URL").
-func migrateGroup() group {
-	return group{
-		name: "cuesched migrate",
-		intro: "Plans, applies or checks the rollout migrations of a Cuebot database.\n" +
+func migrateGroup() cli.Group {
+	return cli.Group{
+		Name: "cuesched migrate",
+		Intro: "Plans, applies or checks the rollout migrations of a Cuebot database.\n" +
 			"Flags may come before or after the subcommand.\n",
-		lead: func(fs *flag.FlagSet) { migrateFlags(newFlagSetOn(fs), true) },
-		subs: []subcommand{
-			{name: "plan", run: migrateAction("plan"), summary: `print the SQL "up" would run (nothing is changed)`},
-			{name: "up", run: migrateAction("up"), summary: "check the server (preflight) and apply the pending rollout steps"},
-			{name: "status", run: migrateAction("status"), summary: "report applied/pending steps and replication readiness; " +
+		Lead: func(fs *flag.FlagSet) { migrateFlags(cli.FlagSetOn(fs), true) },
+		Subs: []cli.Subcommand{
+			{Name: "plan", Run: migrateAction("plan"), Summary: `print the SQL "up" would run (nothing is changed)`},
+			{Name: "up", Run: migrateAction("up"), Summary: "check the server (preflight) and apply the pending rollout steps"},
+			{Name: "status", Run: migrateAction("status"), Summary: "report applied/pending steps and replication readiness; " +
 				"exits 1 when the database is not ready"},
 		},
 	}
 }
 
 // runMigrate is "cuesched migrate <subcommand>".
-func runMigrate(ctx context.Context, c *cli, args []string) int {
-	return migrateGroup().run(ctx, c, args)
+func runMigrate(ctx context.Context, c *cli.Env, args []string) int {
+	return migrateGroup().Run(ctx, c, args)
 }
 
 const baselineHelp = "first create the Cuebot-compatible baseline schema and seed rows; refused unless the database is empty (for demos and tests, never for a real Cuebot database)"
@@ -74,8 +77,8 @@ exit status: 0 ready; 1 not ready or error; 2 bad usage.
 }
 
 // migrateFlags adds the flags of a migrate action.
-func migrateFlags(fs *flagSet, withBaseline bool) (*connFlags, *bool) {
-	cf := addConnFlags(fs, false)
+func migrateFlags(fs *cli.FlagSet, withBaseline bool) (*cli.ConnFlags, *bool) {
+	cf := cli.AddConnFlags(fs, false)
 	baseline := new(bool)
 	if withBaseline {
 		fs.BoolVar(baseline, "baseline", false, baselineHelp)
@@ -84,44 +87,44 @@ func migrateFlags(fs *flagSet, withBaseline bool) (*connFlags, *bool) {
 }
 
 // migrateAction is "cuesched migrate plan|up|status".
-func migrateAction(action string) func(ctx context.Context, c *cli, args []string) int {
-	return func(ctx context.Context, c *cli, args []string) int {
-		fs := newFlagSet(c, "cuesched migrate "+action, migrateUsage(action))
-		name := fs.name
+func migrateAction(action string) func(ctx context.Context, c *cli.Env, args []string) int {
+	return func(ctx context.Context, c *cli.Env, args []string) int {
+		fs := cli.NewFlagSet(c, "cuesched migrate "+action, migrateUsage(action))
+		name := fs.Name()
 		cf, baseline := migrateFlags(fs, action != "status")
-		if code, done := fs.parse(args); done {
+		if code, done := fs.ParseArgs(args); done {
 			return code
 		}
 		if fs.NArg() > 0 {
-			return fs.fail("unexpected argument %q", fs.Arg(0))
+			return fs.Fail("unexpected argument %q", fs.Arg(0))
 		}
-		v, code := cf.resolve(c, name, false)
+		v, code := cf.Resolve(c, name, false)
 		if code != 0 {
 			return code
 		}
-		conn, err := pgx.Connect(ctx, v.dbURL)
+		conn, err := pgx.Connect(ctx, v.DBURL)
 		if err != nil {
-			fmt.Fprintf(c.stderr, "%s: connect to the database (%s): %v\n", name, v.source[keyDatabaseURL], err)
+			fmt.Fprintf(c.Stderr, "%s: connect to the database (%s): %v\n", name, v.Source[cli.KeyDatabaseURL], err)
 			return 1
 		}
 		defer conn.Close(context.WithoutCancel(ctx))
-		log := c.logger.Named("migrate")
+		log := c.Logger.Named("migrate")
 		log.Debug("connected", "database", conn.Config().Database, "action", action)
 
 		switch action {
 		case "plan":
-			err = migratePlan(ctx, c.stdout, conn, *baseline)
+			err = migratePlan(ctx, c.Stdout, conn, *baseline)
 		case "up":
-			err = migrateUp(ctx, c.stdout, conn, *baseline)
+			err = migrateUp(ctx, c.Stdout, conn, *baseline)
 		case "status":
-			err = migrateStatus(ctx, c.stdout, conn)
+			err = migrateStatus(ctx, c.Stdout, conn)
 		}
 		if err != nil {
 			var pf *migrations.PreflightError
 			if errors.As(err, &pf) {
-				fmt.Fprintf(c.stderr, "%s: %v\nnothing was changed.\n", name, err)
+				fmt.Fprintf(c.Stderr, "%s: %v\nnothing was changed.\n", name, err)
 			} else {
-				fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
+				fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
 			}
 			return 1
 		}
@@ -138,7 +141,7 @@ func migratePlan(ctx context.Context, w io.Writer, conn *pgx.Conn, baseline bool
 		}
 		fmt.Fprintln(w, "-- cuesched migrate plan --baseline: the baseline schema (empty database only), then every rollout step")
 		for _, f := range files {
-			fmt.Fprintf(w, "\n-- ==== %s ====\n%s", f.Name, ensureNewline(f.SQL))
+			fmt.Fprintf(w, "\n-- ==== %s ====\n%s", f.Name, cli.EnsureNewline(f.SQL))
 		}
 		if pending, err = migrations.Steps(); err != nil {
 			return err
@@ -166,7 +169,7 @@ func migratePlan(ctx context.Context, w io.Writer, conn *pgx.Conn, baseline bool
 		if s.NoTransaction {
 			mode = "no transaction (statement by statement), then recorded in " + migrations.VersionTable
 		}
-		fmt.Fprintf(w, "\n-- ==== step %s (%s; %s) ====\n%s", s, s.File, mode, ensureNewline(s.SQL))
+		fmt.Fprintf(w, "\n-- ==== step %s (%s; %s) ====\n%s", s, s.File, mode, cli.EnsureNewline(s.SQL))
 	}
 	return nil
 }
@@ -213,10 +216,3 @@ func migrateStatus(ctx context.Context, w io.Writer, conn *pgx.Conn) error {
 // errNotReady makes "migrate status" exit 1 when the database is not ready,
 // so scripts and deploy checks can rely on the exit code.
 var errNotReady = errors.New("the database is not ready for cuesched (see the report above)")
-
-func ensureNewline(s string) string {
-	if strings.HasSuffix(s, "\n") {
-		return s
-	}
-	return s + "\n"
-}

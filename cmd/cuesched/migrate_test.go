@@ -6,20 +6,23 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cuesched/cuesched/migrations"
-	"github.com/cuesched/cuesched/shared/testkit/testenv"
+	"github.com/cuesched/cuesched/shared/cli"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cuesched/cuesched/migrations"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-func testCLI(env map[string]string) (*cli, *bytes.Buffer, *bytes.Buffer) {
+func testCLI(env map[string]string) (*cli.Env, *bytes.Buffer, *bytes.Buffer) {
 	var out, errb bytes.Buffer
-	return &cli{
-		stdout: &out, stderr: &errb,
-		getenv: func(k string) string { return env[k] },
-		logger: hclog.NewNullLogger(),
+	return &cli.Env{
+		Stdout: &out, Stderr: &errb,
+		Getenv: func(k string) string { return env[k] },
+		Logger: hclog.NewNullLogger(),
 	}, &out, &errb
 }
 

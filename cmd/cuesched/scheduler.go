@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/cuesched/cuesched/shared/appname"
 	"strings"
+
+	"github.com/cuesched/cuesched/shared/appname"
+	"github.com/cuesched/cuesched/shared/cli"
 
 	"github.com/cuesched/cuesched/scheduler"
 	"github.com/cuesched/cuesched/shared/config"
@@ -29,24 +31,24 @@ SIGUSR1 toggles debug logging.
 `
 
 // runScheduler is "cuesched scheduler".
-func runScheduler(ctx context.Context, c *cli, args []string) int {
-	fs := newFlagSet(c, "cuesched scheduler", schedulerUsage)
+func runScheduler(ctx context.Context, c *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(c, "cuesched scheduler", schedulerUsage)
 	configPath := fs.String("config", "", "configuration `FILE` (YAML); required")
 	facility := fs.String("facility", "", "facility name (facility.str_name) to schedule; overrides scheduler.facility")
 	dryRun := fs.Bool("dry-run", false, "book in Postgres and Redis but never call RQD (overrides rqd.dry_run)")
-	if code, done := fs.parse(args); done {
+	if code, done := fs.ParseArgs(args); done {
 		return code
 	}
 	if fs.NArg() > 0 {
-		return fs.fail("unexpected argument %q", fs.Arg(0))
+		return fs.Fail("unexpected argument %q", fs.Arg(0))
 	}
 	if strings.TrimSpace(*configPath) == "" {
-		fmt.Fprintln(c.stderr, "cuesched scheduler: --config FILE is required (print an annotated example with 'cuesched config')")
+		fmt.Fprintln(c.Stderr, "cuesched scheduler: --config FILE is required (print an annotated example with 'cuesched config')")
 		return 2
 	}
-	cfg, err := config.Load(*configPath, c.getenv)
+	cfg, err := config.Load(*configPath, c.Getenv)
 	if err != nil {
-		fmt.Fprintf(c.stderr, "cuesched scheduler: %v\n", err)
+		fmt.Fprintf(c.Stderr, "cuesched scheduler: %v\n", err)
 		return 1
 	}
 	if *facility != "" {
@@ -55,13 +57,13 @@ func runScheduler(ctx context.Context, c *cli, args []string) int {
 	if *dryRun {
 		cfg.RQD.DryRun = true
 	}
-	if cfg.Database.URL, err = withAppName(cfg.Database.URL, appname.RoleScheduler, instanceName(cfg.Scheduler.InstanceName)); err != nil {
-		fmt.Fprintf(c.stderr, "cuesched scheduler: %v\n", err)
+	if cfg.Database.URL, err = cli.WithAppName(cfg.Database.URL, appname.RoleScheduler, cli.InstanceName(cfg.Scheduler.InstanceName)); err != nil {
+		fmt.Fprintf(c.Stderr, "cuesched scheduler: %v\n", err)
 		return 1
 	}
-	d, err := daemon.New("scheduler", cfg, c.stderr, metrics.Build{Version: version, Revision: revision})
+	d, err := daemon.New("scheduler", cfg, c.Stderr, metrics.Build{Version: version, Revision: revision})
 	if err != nil {
-		fmt.Fprintf(c.stderr, "cuesched scheduler: %v\n", err)
+		fmt.Fprintf(c.Stderr, "cuesched scheduler: %v\n", err)
 		return 1
 	}
 	err = d.Run(ctx, func(ctx context.Context) error {
@@ -74,7 +76,7 @@ func runScheduler(ctx context.Context, c *cli, args []string) int {
 	})
 	if err != nil {
 		d.Logger.Error("scheduler stopped", "error", err)
-		fmt.Fprintf(c.stderr, "cuesched scheduler: %v\n", err)
+		fmt.Fprintf(c.Stderr, "cuesched scheduler: %v\n", err)
 		return 1
 	}
 	return 0

@@ -8,17 +8,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cuesched/cuesched/shared/testkit/clitest"
+
+	"github.com/cuesched/cuesched/shared/cli"
+
 	"github.com/hashicorp/go-hclog"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
-func runSchedulerT(ctx context.Context, env map[string]string, args ...string) (int, *lockedBuffer) {
-	out, errb := &lockedBuffer{}, &lockedBuffer{}
-	c := &cli{stdout: out, stderr: errb, getenv: func(k string) string { return env[k] }, logger: hclog.NewNullLogger()}
+func runSchedulerT(ctx context.Context, env map[string]string, args ...string) (int, *clitest.SyncBuffer) {
+	out, errb := &clitest.SyncBuffer{}, &clitest.SyncBuffer{}
+	c := &cli.Env{Stdout: out, Stderr: errb, Getenv: func(k string) string { return env[k] }, Logger: hclog.NewNullLogger()}
 	return runScheduler(ctx, c, args), errb
 }
 
@@ -74,7 +77,7 @@ func TestSchedulerCLIUnknownFacility(t *testing.T) {
 func TestSchedulerCLIDryRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, pool := oneHostFarm(t, "spi", "cli", "clihost", "clijob", 3)
+	db, pool := farmseed.OneHostFarm(t, "spi", "cli", "clihost", "clijob", 3)
 	path := filepath.Join(t.TempDir(), "cfg.yaml")
 	cfg := "metrics:\n  listen: \"127.0.0.1:0\"\nqueue:\n  active_scan_interval: 50ms\naccounting:\n  leader_poll_interval: 50ms\n"
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
@@ -83,7 +86,7 @@ func TestSchedulerCLIDryRun(t *testing.T) {
 	env := map[string]string{"CUESCHED_DATABASE_URL": db, "CUESCHED_ACCOUNTING_REDIS_URL": testenv.NewRedisDB(t)}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan int, 1)
-	var errb *lockedBuffer
+	var errb *clitest.SyncBuffer
 	go func() {
 		var code int
 		code, errb = runSchedulerT(rctx, env, "--config", path, "--facility", "spi", "--dry-run")
@@ -109,42 +112,4 @@ func TestSchedulerCLIDryRun(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Fatalf("exit code %d; stderr:\n%s", code, errb.String())
 	}
-}
-
-// oneHostFarm seeds a database with one managed show subscribed (10 cores)
-// to one allocation of facility fac, one 4-core host and one job of frames
-// one-core frames; it returns the database URL and a pool on it.
-func oneHostFarm(t *testing.T, fac, show, host, job string, frames int) (string, *pgxpool.Pool) {
-	t.Helper()
-	ctx := context.Background()
-	db := cuebotdb.Database(t)
-	pool, err := pgxpool.New(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	s := &farmseed.Seeder{DB: pool}
-	facID, err := s.Facility(ctx, fac)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh, err := s.Show(ctx, show, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	alloc, err := s.Alloc(ctx, facID, fac+".general", "general")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Subscribe(ctx, sh, alloc, 10, 10); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Host(ctx, farmseed.HostSpec{Name: host, Alloc: alloc, AllocTag: "general", Cores: 4}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Job(ctx, farmseed.JobSpec{Name: job, Show: sh, Facility: facID,
-		Layers: []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: frames, NotThreadable: true}}}); err != nil {
-		t.Fatal(err)
-	}
-	return db, pool
 }

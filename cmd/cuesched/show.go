@@ -7,21 +7,25 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cuesched/cuesched/shared/cli"
+
 	"github.com/cuesched/cuesched/rollout"
 )
 
 // showGroup is "cuesched show".
-func showGroup() group {
-	return group{name: "cuesched show", subs: []subcommand{
-		{name: "list", run: runShowList, summary: "every show: active, scheduler-managed, seeded in Redis, live procs " +
+func showGroup() cli.Group {
+	return cli.Group{Name: "cuesched show", Subs: []cli.Subcommand{
+		{Name: "list", Run: runShowList, Summary: "every show: active, scheduler-managed, seeded in Redis, live procs " +
 			"and booked cores, and per subscription booked vs burst (Postgres and Redis)"},
-		{name: "set-managed", args: "<show> on|off", run: runShowSetManaged, summary: "move a show to the scheduler (on) " +
+		{Name: "set-managed", Args: "<show> on|off", Run: runShowSetManaged, Summary: "move a show to the scheduler (on) " +
 			"or back to Cuebot (off), with preflight checks"},
 	}}
 }
 
 // runShow is "cuesched show <subcommand>".
-func runShow(ctx context.Context, c *cli, args []string) int { return showGroup().run(ctx, c, args) }
+func runShow(ctx context.Context, c *cli.Env, args []string) int {
+	return showGroup().Run(ctx, c, args)
+}
 
 const showListUsage = `usage: cuesched show list [--json] [--config FILE] [--database-url URL] [--redis-url URL]
 
@@ -60,56 +64,56 @@ stays in effect: the message says what is missing); 2 bad usage.
 `
 
 // runShowList is "cuesched show list".
-func runShowList(ctx context.Context, c *cli, args []string) int {
-	fs := newFlagSet(c, "cuesched show list", showListUsage)
-	cf := addConnFlags(fs, true)
+func runShowList(ctx context.Context, c *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(c, "cuesched show list", showListUsage)
+	cf := cli.AddConnFlags(fs, true)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	if code, done := fs.parse(args); done {
+	if code, done := fs.ParseArgs(args); done {
 		return code
 	}
 	if fs.NArg() > 0 {
-		return fs.fail("unexpected argument %q", fs.Arg(0))
+		return fs.Fail("unexpected argument %q", fs.Arg(0))
 	}
-	v, code := cf.resolve(c, fs.name, false)
+	v, code := cf.Resolve(c, fs.Name(), false)
 	if code != 0 {
 		return code
 	}
-	tool, cleanup, code := openTool(ctx, c, fs.name, v)
+	tool, cleanup, code := openTool(ctx, c, fs.Name(), v)
 	if code != 0 {
 		return code
 	}
 	defer cleanup()
 	list, err := tool.ListShows(ctx)
 	if err != nil {
-		fmt.Fprintf(c.stderr, "%s: %v\n", fs.name, err)
+		fmt.Fprintf(c.Stderr, "%s: %v\n", fs.Name(), err)
 		return 1
 	}
 	if *asJSON {
-		err = list.WriteJSON(c.stdout)
+		err = list.WriteJSON(c.Stdout)
 	} else {
-		err = list.Write(c.stdout)
+		err = list.Write(c.Stdout)
 	}
 	if err != nil {
-		fmt.Fprintf(c.stderr, "%s: %v\n", fs.name, err)
+		fmt.Fprintf(c.Stderr, "%s: %v\n", fs.Name(), err)
 		return 1
 	}
 	return 0
 }
 
 // runShowSetManaged is "cuesched show set-managed <show> on|off".
-func runShowSetManaged(ctx context.Context, c *cli, args []string) int {
-	fs := newFlagSet(c, "cuesched show set-managed", setManagedUsage)
-	name := fs.name
-	cf := addConnFlags(fs, true)
+func runShowSetManaged(ctx context.Context, c *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(c, "cuesched show set-managed", setManagedUsage)
+	name := fs.Name()
+	cf := cli.AddConnFlags(fs, true)
 	wait := fs.Duration("wait", 0, "how long to wait for the scheduler to seed the show (on) or close it (off); 0 = do not wait (default 60s for on, 0 for off)")
 	force := fs.Bool("force", false, "flip even if a preflight check fails (the missing sidecar, Redis or rollout)")
 	// Flags may come before, between and after the two arguments.
-	pos, code, done := fs.parseInterleaved(args)
+	pos, code, done := fs.ParseInterleaved(args)
 	if done {
 		return code
 	}
 	if len(pos) != 2 {
-		return fs.fail("want a show name and on or off, got %d argument(s)", len(pos))
+		return fs.Fail("want a show name and on or off, got %d argument(s)", len(pos))
 	}
 	show, state := pos[0], strings.ToLower(pos[1])
 	var on bool
@@ -118,7 +122,7 @@ func runShowSetManaged(ctx context.Context, c *cli, args []string) int {
 		on = true
 	case "off", "false", "no":
 	default:
-		return fs.fail("%q is not on or off", pos[1])
+		return fs.Fail("%q is not on or off", pos[1])
 	}
 	waitSet := false
 	fs.Visit(func(f *flag.Flag) {
@@ -130,10 +134,10 @@ func runShowSetManaged(ctx context.Context, c *cli, args []string) int {
 		*wait = 60 * time.Second
 	}
 	if *wait < 0 {
-		return fs.fail("--wait %s is negative", *wait)
+		return fs.Fail("--wait %s is negative", *wait)
 	}
 
-	v, code := cf.resolve(c, name, false)
+	v, code := cf.Resolve(c, name, false)
 	if code != 0 {
 		return code
 	}
@@ -142,10 +146,10 @@ func runShowSetManaged(ctx context.Context, c *cli, args []string) int {
 		return code
 	}
 	defer cleanup()
-	_, err := tool.Flip(ctx, rollout.FlipRequest{Show: show, On: on, Force: *force, Wait: *wait}, c.stdout)
+	_, err := tool.Flip(ctx, rollout.FlipRequest{Show: show, On: on, Force: *force, Wait: *wait}, c.Stdout)
 	if err != nil {
 		// Unknown show, refusal and wait errors carry the whole explanation.
-		fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
 		return 1
 	}
 	return 0

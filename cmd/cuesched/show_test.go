@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/cuesched/cuesched/shared/appname"
 	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cuesched/cuesched/shared/appname"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/cuesched/cuesched/shared/appname"
 	"time"
+
+	"github.com/cuesched/cuesched/shared/appname"
+	"github.com/cuesched/cuesched/shared/cli"
 
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/shared/config"
@@ -27,27 +29,27 @@ Configuration). /metrics, /healthz and /readyz are served on metrics.listen.
 `
 
 // runSidecar is "cuesched sidecar".
-func runSidecar(ctx context.Context, c *cli, args []string) int {
-	fs := newFlagSet(c, "cuesched sidecar", sidecarUsage)
+func runSidecar(ctx context.Context, c *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(c, "cuesched sidecar", sidecarUsage)
 	configPath := fs.String("config", "", "configuration `FILE` (YAML); without one, the defaults and the environment variables apply")
 	createSlot := fs.Bool("create-slot", false, "create the replication slot if it is missing (same as sidecar.create_slot: true)")
-	if code, done := fs.parse(args); done {
+	if code, done := fs.ParseArgs(args); done {
 		return code
 	}
 	if fs.NArg() > 0 {
-		return fs.fail("unexpected argument %q", fs.Arg(0))
+		return fs.Fail("unexpected argument %q", fs.Arg(0))
 	}
-	cfg, err := config.Load(*configPath, c.getenv)
+	cfg, err := config.Load(*configPath, c.Getenv)
 	if err != nil {
-		fmt.Fprintf(c.stderr, "cuesched sidecar: %v\n", err)
+		fmt.Fprintf(c.Stderr, "cuesched sidecar: %v\n", err)
 		return 1
 	}
 	if *createSlot {
 		cfg.Sidecar.CreateSlot = true
 	}
-	d, err := daemon.New("sidecar", cfg, c.stderr, metrics.Build{Version: version, Revision: revision})
+	d, err := daemon.New("sidecar", cfg, c.Stderr, metrics.Build{Version: version, Revision: revision})
 	if err != nil {
-		fmt.Fprintf(c.stderr, "cuesched sidecar: %v\n", err)
+		fmt.Fprintf(c.Stderr, "cuesched sidecar: %v\n", err)
 		return 1
 	}
 	rdb, err := publisher.NewClient(publisher.ClientConfig{
@@ -55,13 +57,13 @@ func runSidecar(ctx context.Context, c *cli, args []string) int {
 		SentinelAddrs: cfg.Accounting.SentinelAddrs, PoolSize: cfg.Accounting.RedisPoolSize,
 	})
 	if err != nil {
-		fmt.Fprintf(c.stderr, "cuesched sidecar: accounting: %v\n", err)
+		fmt.Fprintf(c.Stderr, "cuesched sidecar: accounting: %v\n", err)
 		return 1
 	}
 	defer rdb.Close()
-	dbURL, err := withAppName(cfg.Database.URL, appname.RoleSidecar, instanceName(cfg.Scheduler.InstanceName))
+	dbURL, err := cli.WithAppName(cfg.Database.URL, appname.RoleSidecar, cli.InstanceName(cfg.Scheduler.InstanceName))
 	if err != nil {
-		fmt.Fprintf(c.stderr, "cuesched sidecar: %v\n", err)
+		fmt.Fprintf(c.Stderr, "cuesched sidecar: %v\n", err)
 		return 1
 	}
 	sc, err := sidecar.New(sidecar.Config{
@@ -76,12 +78,12 @@ func runSidecar(ctx context.Context, c *cli, args []string) int {
 		Health:         d.Health,
 	}, rdb)
 	if err != nil {
-		fmt.Fprintf(c.stderr, "cuesched sidecar: %v\n", err)
+		fmt.Fprintf(c.Stderr, "cuesched sidecar: %v\n", err)
 		return 1
 	}
 	if err := d.Run(ctx, sc.Run); err != nil {
 		d.Logger.Error("sidecar stopped", "error", err)
-		fmt.Fprintf(c.stderr, "cuesched sidecar: %v\n", err)
+		fmt.Fprintf(c.Stderr, "cuesched sidecar: %v\n", err)
 		return 1
 	}
 	return 0

@@ -1,14 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/cuesched/cuesched/shared/testkit/clitest"
+
+	"github.com/cuesched/cuesched/shared/cli"
 
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
@@ -18,26 +20,9 @@ import (
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func runSidecarT(ctx context.Context, env map[string]string, args ...string) (int, *lockedBuffer) {
-	out, errb := &lockedBuffer{}, &lockedBuffer{}
-	c := &cli{stdout: out, stderr: errb, getenv: func(k string) string { return env[k] }, logger: hclog.NewNullLogger()}
+func runSidecarT(ctx context.Context, env map[string]string, args ...string) (int, *clitest.SyncBuffer) {
+	out, errb := &clitest.SyncBuffer{}, &clitest.SyncBuffer{}
+	c := &cli.Env{Stdout: out, Stderr: errb, Getenv: func(k string) string { return env[k] }, Logger: hclog.NewNullLogger()}
 	return runSidecar(ctx, c, args), errb
 }
 
@@ -106,7 +91,7 @@ func TestSidecarCLIRunsAndDrains(t *testing.T) {
 	defer cancel()
 	type result struct {
 		code int
-		errb *lockedBuffer
+		errb *clitest.SyncBuffer
 	}
 	done := make(chan result, 1)
 	go func() {
@@ -129,7 +114,7 @@ func TestSidecarCLIRunsAndDrains(t *testing.T) {
 	select {
 	case r := <-done:
 		if r.code != 0 {
-			t.Fatalf("exit code %d after a drain, stderr:\n%s", r.code, r.errb.String())
+			t.Fatalf("exit code %d after a drain, Stderr:\n%s", r.code, r.errb.String())
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("sidecar did not drain")

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cuesched/cuesched/shared/cli"
+
 	"github.com/cuesched/cuesched/rollout"
 )
 
@@ -33,20 +35,20 @@ usage. What needs attention is listed at the end.
 `
 
 // runStatus is "cuesched status".
-func runStatus(ctx context.Context, c *cli, args []string) int {
-	fs := newFlagSet(c, "cuesched status", statusUsage)
-	name := fs.name
-	cf := addConnFlags(fs, true)
+func runStatus(ctx context.Context, c *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(c, "cuesched status", statusUsage)
+	name := fs.Name()
+	cf := cli.AddConnFlags(fs, true)
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	noAudit := fs.Bool("no-audit", false, "skip the Redis/Postgres drift audit (it reads every proc of the managed shows)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
-	if code, done := fs.parse(args); done {
+	if code, done := fs.ParseArgs(args); done {
 		return code
 	}
 	if fs.NArg() > 0 {
-		return fs.fail("unexpected argument %q", fs.Arg(0))
+		return fs.Fail("unexpected argument %q", fs.Arg(0))
 	}
-	v, code := cf.resolve(c, name, false)
+	v, code := cf.Resolve(c, name, false)
 	if code != 0 {
 		return code
 	}
@@ -59,16 +61,16 @@ func runStatus(ctx context.Context, c *cli, args []string) int {
 	defer cleanup()
 	rep, err := tool.Status(ctx, rollout.StatusOptions{Audit: !*noAudit})
 	if err != nil {
-		fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
 		return 1
 	}
 	if *asJSON {
-		err = rep.WriteJSON(c.stdout)
+		err = rep.WriteJSON(c.Stdout)
 	} else {
-		err = rep.Write(c.stdout)
+		err = rep.Write(c.Stdout)
 	}
 	if err != nil {
-		fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
 		return 1
 	}
 	if !rep.Healthy() {

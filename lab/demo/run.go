@@ -55,7 +55,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
 	}
-	fmt.Fprintln(o.Out, "cuesched demo: starting an embedded farm")
+	fmt.Fprintln(o.Out, "cuesched-lab demo: starting an embedded farm")
 	e, err := Start(ctx, o)
 	if err != nil {
 		return err

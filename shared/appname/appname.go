@@ -17,7 +17,7 @@ const (
 	// RoleSidecar is the release publisher (its pool and its replication
 	// connection).
 	RoleSidecar = "sidecar"
-	// RoleFakeRQD is "cuesched fake-rqd --complete" writing completions
+	// RoleFakeRQD is "cuesched-lab fake-rqd --complete" writing completions
 	// into a rehearsal database; Status lists it like any instance.
 	RoleFakeRQD = "fake-rqd"
 	// RoleCLI is the operator tooling itself ("cuesched show", "cuesched

@@ -25,9 +25,10 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/cuesched/cuesched/migrations"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
-	"github.com/jackc/pgx/v5"
 )
 
 // TemplateName is the testenv template key of the baseline+rollout schema.

@@ -4,10 +4,11 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/cuesched/cuesched/migrations"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
-	"github.com/jackc/pgx/v5"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -1,6 +1,6 @@
 // Package cuebotemu is a TEST DOUBLE: it emulates what an unmodified Cuebot
 // does in PostgreSQL when a frame finishes on a render node, so tests,
-// `cuesched demo` and benchmarks can run the scheduler, the sidecar and a
+// `cuesched-lab demo` and benchmarks can run the scheduler, the sidecar and a
 // fake RQD end to end without a Java Cuebot. It is not production code and
 // must only be used by tests, test tools and the demo.
 //

@@ -8,10 +8,12 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/cuesched/cuesched/shared/cli"
+
 	"github.com/cuesched/cuesched/lab/sim"
 )
 
-const simUsage = `usage: cuesched sim [--scenario NAME[,NAME…]|all] [--seed N] [--scale F] [--hosts N]
+const simUsage = `usage: cuesched-lab sim [--scenario NAME[,NAME…]|all] [--seed N] [--scale F] [--hosts N]
                     [--schedulers N] [--json] [--out DIR] [--no-variants] [--list]
 
 The verify battery: farm-scale scenarios that drive the real scheduler(s)
@@ -26,10 +28,10 @@ exit status: 0 every judged scenario passed; 1 one failed or errored; 2 bad
 usage.
 `
 
-// runSim is "cuesched sim".
-func runSim(ctx context.Context, c *cli, args []string) int {
-	fs := newFlagSet(c, "cuesched sim", simUsage)
-	name := fs.name
+// runSim is "cuesched-lab sim".
+func runSim(ctx context.Context, c *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(c, "cuesched-lab sim", simUsage)
+	name := fs.Name()
 	scenario := fs.String("scenario", "all", "scenario name, a comma-separated list, or all")
 	seed := fs.Int64("seed", 1, "seed of farm shapes, run times and the scheduler's lottery")
 	scale := fs.Float64("scale", 1, "multiplies farm sizes and load")
@@ -40,20 +42,20 @@ func runSim(ctx context.Context, c *cli, args []string) int {
 	noVariants := fs.Bool("no-variants", false, "skip the round-1 comparison runs")
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	verbose := fs.Bool("v", false, "print the components' logs")
-	if code, done := fs.parse(args); done {
+	if code, done := fs.ParseArgs(args); done {
 		return code
 	}
 	if fs.NArg() > 0 {
-		return fs.fail("unexpected argument %q", fs.Arg(0))
+		return fs.Fail("unexpected argument %q", fs.Arg(0))
 	}
 	if *list {
 		for _, s := range sim.Scenarios() {
-			fmt.Fprintf(c.stdout, "%-18s %s\n", s.Name, s.Description)
+			fmt.Fprintf(c.Stdout, "%-18s %s\n", s.Name, s.Description)
 		}
 		return 0
 	}
 	if *scale <= 0 || *schedulers < 1 || *hosts < 0 {
-		return fs.fail("--scale must be > 0, --schedulers >= 1, --hosts >= 0")
+		return fs.Fail("--scale must be > 0, --schedulers >= 1, --hosts >= 0")
 	}
 	var picked []sim.Scenario
 	if strings.EqualFold(*scenario, "all") {
@@ -62,7 +64,7 @@ func runSim(ctx context.Context, c *cli, args []string) int {
 		for _, n := range strings.Split(*scenario, ",") {
 			s, ok := sim.Lookup(strings.TrimSpace(n))
 			if !ok {
-				fmt.Fprintf(c.stderr, "%s: --scenario: unknown scenario %q (known: %s)\n", name, n, strings.Join(sim.Names(), ", "))
+				fmt.Fprintf(c.Stderr, "%s: --scenario: unknown scenario %q (known: %s)\n", name, n, strings.Join(sim.Names(), ", "))
 				return 2
 			}
 			picked = append(picked, s)
@@ -70,11 +72,11 @@ func runSim(ctx context.Context, c *cli, args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	progress := func(line string) { fmt.Fprintln(c.stderr, line) }
+	progress := func(line string) { fmt.Fprintln(c.Stderr, line) }
 	b, err := sim.NewBattery(ctx, sim.Options{Seed: *seed, Scale: *scale, Hosts: *hosts, Schedulers: *schedulers,
 		NoVariants: *noVariants, Progress: progress, Verbose: *verbose})
 	if err != nil {
-		fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
 		return 1
 	}
 	defer b.Close()
@@ -86,19 +88,19 @@ func runSim(ctx context.Context, c *cli, args []string) int {
 		rs := b.Run(ctx, s)
 		results = append(results, rs...)
 		if *asJSON {
-			if err := sim.WriteJSON(c.stdout, rs); err != nil {
-				fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
+			if err := sim.WriteJSON(c.Stdout, rs); err != nil {
+				fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
 				return 1
 			}
 		}
 	}
 	if !*asJSON {
-		sim.WriteTable(c.stdout, results)
+		sim.WriteTable(c.Stdout, results)
 	}
 	if *out != "" {
-		header := fmt.Sprintf("`cuesched sim --scenario %s --seed %d --scale %g --schedulers %d`", *scenario, *seed, *scale, *schedulers)
+		header := fmt.Sprintf("`cuesched-lab sim --scenario %s --seed %d --scale %g --schedulers %d`", *scenario, *seed, *scale, *schedulers)
 		if err := sim.WriteReport(*out, results, header); err != nil {
-			fmt.Fprintf(c.stderr, "%s: --out: %v\n", name, err)
+			fmt.Fprintf(c.Stderr, "%s: --out: %v\n", name, err)
 			return 1
 		}
 	}

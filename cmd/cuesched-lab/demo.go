@@ -8,12 +8,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cuesched/cuesched/shared/cli"
+
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/cuesched/cuesched/lab/demo"
 )
 
-const demoUsage = `usage: cuesched demo [--hosts N] [--frames N] [--until-drained] [--duration DURATION]
+const demoUsage = `usage: cuesched-lab demo [--hosts N] [--frames N] [--until-drained] [--duration DURATION]
                      [--run-time-min DURATION] [--run-time-max DURATION]
                      [--log-level LEVEL] [--seed N]
 
@@ -25,9 +27,9 @@ Needs no configuration and connects to nothing outside. Ctrl-C stops it.
 exit status: 0 finished; 1 error; 2 bad usage.
 `
 
-// runDemo is "cuesched demo".
-func runDemo(ctx context.Context, c *cli, args []string) int {
-	fs := newFlagSet(c, "cuesched demo", demoUsage)
+// runDemo is "cuesched-lab demo".
+func runDemo(ctx context.Context, c *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(c, "cuesched-lab demo", demoUsage)
 	hosts := fs.Int("hosts", 300, "render nodes in the farm")
 	frames := fs.Int("frames", 3000, "frames to render")
 	untilDrained := fs.Bool("until-drained", true, "stop when every frame of the managed shows is done")
@@ -36,25 +38,25 @@ func runDemo(ctx context.Context, c *cli, args []string) int {
 	rtMax := fs.Duration("run-time-max", 2*time.Second, "longest fake frame run time")
 	logLevel := fs.String("log-level", "warn", "component log level (logs go to stderr)")
 	seed := fs.Int64("seed", 1, "farm generator seed")
-	if code, done := fs.parse(args); done {
+	if code, done := fs.ParseArgs(args); done {
 		return code
 	}
 	if fs.NArg() > 0 {
-		return fs.fail("unexpected argument %q", fs.Arg(0))
+		return fs.Fail("unexpected argument %q", fs.Arg(0))
 	}
 	if *hosts < 1 || *frames < 1 {
-		return fs.fail("--hosts and --frames must be at least 1")
+		return fs.Fail("--hosts and --frames must be at least 1")
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	logger := hclog.New(&hclog.LoggerOptions{Name: "demo", Level: hclog.LevelFromString(*logLevel), Output: c.stderr})
+	logger := hclog.New(&hclog.LoggerOptions{Name: "demo", Level: hclog.LevelFromString(*logLevel), Output: c.Stderr})
 	err := demo.Run(ctx, demo.Options{
 		Hosts: *hosts, Frames: *frames, UntilDrained: *untilDrained, Duration: *duration,
-		RunTimeMin: *rtMin, RunTimeMax: *rtMax, Out: c.stdout, Interactive: demo.IsTerminal(c.stdout),
+		RunTimeMin: *rtMin, RunTimeMax: *rtMax, Out: c.Stdout, Interactive: demo.IsTerminal(c.Stdout),
 		Logger: logger, Seed: *seed,
 	})
 	if err != nil {
-		fmt.Fprintln(c.stderr, "cuesched demo:", err)
+		fmt.Fprintln(c.Stderr, "cuesched-lab demo:", err)
 		return 1
 	}
 	return 0

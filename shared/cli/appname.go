@@ -1,16 +1,17 @@
-package main
+package cli
 
 import (
 	"fmt"
-	"github.com/cuesched/cuesched/shared/appname"
 	"net/url"
 	"os"
 	"strings"
+
+	"github.com/cuesched/cuesched/shared/appname"
 )
 
-// instanceName is how this process names itself in logs, application_name
+// InstanceName is how this process names itself in logs, application_name
 // and `cuesched status`: the configured name, else host/pid.
-func instanceName(configured string) string {
+func InstanceName(configured string) string {
 	if configured != "" {
 		return configured
 	}
@@ -21,10 +22,10 @@ func instanceName(configured string) string {
 	return fmt.Sprintf("%s:%d", h, os.Getpid())
 }
 
-// withAppName sets application_name on a libpq URL or key=value DSN unless
+// WithAppName sets application_name on a libpq URL or key=value DSN unless
 // it is already set, so every connection of the daemon (pool, replication,
 // leader lock) shows up in pg_stat_activity as cuesched-<role>/<instance>.
-func withAppName(dsn, role, instance string) (string, error) {
+func WithAppName(dsn, role, instance string) (string, error) {
 	name := appname.Format(role, instance)
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		u, err := url.Parse(dsn)

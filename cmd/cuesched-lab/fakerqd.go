@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cuesched/cuesched/shared/appname"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/cuesched/cuesched/shared/appname"
+	"github.com/cuesched/cuesched/shared/cli"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,7 +25,7 @@ import (
 	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
 )
 
-const fakeRQDUsage = `usage: cuesched fake-rqd [--listen ADDR] [--hosts NAME,NAME…] [--run-time D|MIN..MAX]
+const fakeRQDUsage = `usage: cuesched-lab fake-rqd [--listen ADDR] [--hosts NAME,NAME…] [--run-time D|MIN..MAX]
                         [--complete [--database-url URL | --config FILE]]
                         [--metrics-listen ADDR] [--log-level LEVEL] [--log-format text|json]
 
@@ -56,7 +58,7 @@ exit status: 0 stopped cleanly; 1 could not start or a stop went wrong; 2
 bad usage.
 `
 
-// fakeRQDOptions are the parsed flags of "cuesched fake-rqd".
+// fakeRQDOptions are the parsed flags of "cuesched-lab fake-rqd".
 type fakeRQDOptions struct {
 	listen        string
 	hosts         []string
@@ -69,9 +71,9 @@ type fakeRQDOptions struct {
 	logFormat     string
 }
 
-// runFakeRQD is "cuesched fake-rqd".
-func runFakeRQD(ctx context.Context, c *cli, args []string) int {
-	const name = "cuesched fake-rqd"
+// runFakeRQD is "cuesched-lab fake-rqd".
+func runFakeRQD(ctx context.Context, c *cli.Env, args []string) int {
+	const name = "cuesched-lab fake-rqd"
 	o, code := parseFakeRQD(c, name, args)
 	if code >= 0 {
 		return code
@@ -79,21 +81,21 @@ func runFakeRQD(ctx context.Context, c *cli, args []string) int {
 	cfg := config.Default()
 	cfg.Logging = config.Logging{Level: o.logLevel, Format: o.logFormat}
 	cfg.Metrics.Listen = o.metricsListen
-	d, err := daemon.New("fake-rqd", cfg, c.stderr, metrics.Build{Version: version, Revision: revision})
+	d, err := daemon.New("fake-rqd", cfg, c.Stderr, metrics.Build{Version: version, Revision: revision})
 	if err != nil {
-		fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
 		return 1
 	}
 	var emu *cuebotemu.Emulator
 	if o.complete {
-		dsn, err := withAppName(o.dbURL, appname.RoleFakeRQD, instanceName(""))
+		dsn, err := cli.WithAppName(o.dbURL, appname.RoleFakeRQD, cli.InstanceName(""))
 		if err != nil {
-			fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
+			fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
 			return 2
 		}
 		pool, err := pgxpool.New(ctx, dsn)
 		if err != nil {
-			fmt.Fprintf(c.stderr, "%s: database: %v\n", name, err)
+			fmt.Fprintf(c.Stderr, "%s: database: %v\n", name, err)
 			return 2
 		}
 		defer pool.Close()
@@ -101,7 +103,7 @@ func runFakeRQD(ctx context.Context, c *cli, args []string) int {
 		err = pool.Ping(pctx)
 		cancel()
 		if err != nil {
-			fmt.Fprintf(c.stderr, "%s: database: %v\n", name, err)
+			fmt.Fprintf(c.Stderr, "%s: database: %v\n", name, err)
 			return 1
 		}
 		d.Health.SetCheck("database", func() error {
@@ -115,7 +117,7 @@ func runFakeRQD(ctx context.Context, c *cli, args []string) int {
 	f.register(d.Registry)
 	if err := d.Run(ctx, f.run); err != nil {
 		d.Logger.Error("fake RQD stopped", "error", err)
-		fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
 		return 1
 	}
 	return 0
@@ -123,25 +125,25 @@ func runFakeRQD(ctx context.Context, c *cli, args []string) int {
 
 // parseFakeRQD parses the flags; code is -1 to go on, else the exit code
 // (the message already printed).
-func parseFakeRQD(c *cli, name string, args []string) (o fakeRQDOptions, code int) {
-	fs := newFlagSet(c, name, fakeRQDUsage)
+func parseFakeRQD(c *cli.Env, name string, args []string) (o fakeRQDOptions, code int) {
+	fs := cli.NewFlagSet(c, name, fakeRQDUsage)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8444", "gRPC address to serve RQD on (host:port); use :8444 to be reachable from other machines")
 	hosts := fs.String("hosts", "", "comma-separated render host names to answer for (default: every host); the others answer UNAVAILABLE")
 	runTime := fs.String("run-time", "5s..30s", "how long each frame runs: a duration (5s) or a uniform range MIN..MAX (5s..2m)")
 	fs.BoolVar(&o.complete, "complete", false, "report finished frames through Cuebot's tables (needs a database)")
-	cf := addConnFlags(fs, false)
+	cf := cli.AddConnFlags(fs, false)
 	fs.BoolVar(&o.clearOnStop, "clear-on-stop", true, "with --complete, clear frames still running at stop (proc released, frame WAITING)")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "serve /metrics, /healthz and /readyz on this host:port (default: off)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error (logs go to stderr)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
-	if code, done := fs.parse(args); done {
+	if code, done := fs.ParseArgs(args); done {
 		return o, code
 	}
 	if fs.NArg() > 0 {
-		return o, fs.fail("unexpected argument %q", fs.Arg(0))
+		return o, fs.Fail("unexpected argument %q", fs.Arg(0))
 	}
 	if strings.TrimSpace(o.listen) == "" {
-		return o, fs.fail("--listen: must be host:port")
+		return o, fs.Fail("--listen: must be host:port")
 	}
 	if *hosts != "" {
 		for _, h := range strings.Split(*hosts, ",") {
@@ -150,30 +152,30 @@ func parseFakeRQD(c *cli, name string, args []string) (o fakeRQDOptions, code in
 			}
 		}
 		if len(o.hosts) == 0 {
-			return o, fs.fail("--hosts: no host name in %q", *hosts)
+			return o, fs.Fail("--hosts: no host name in %q", *hosts)
 		}
 	}
 	var err error
 	if o.rtMin, o.rtMax, err = parseRunTime(*runTime); err != nil {
-		return o, fs.fail("--run-time: %v", err)
+		return o, fs.Fail("--run-time: %v", err)
 	}
 	if _, err := logging.ParseLevel(o.logLevel); err != nil {
-		return o, fs.fail("--log-level: %v", err)
+		return o, fs.Fail("--log-level: %v", err)
 	}
 	if o.logFormat != "text" && o.logFormat != "json" {
-		return o, fs.fail("--log-format: %q is not text or json", o.logFormat)
+		return o, fs.Fail("--log-format: %q is not text or json", o.logFormat)
 	}
 	switch {
 	case o.complete:
-		v, code := cf.resolve(c, name, false)
+		v, code := cf.Resolve(c, name, false)
 		if code != 0 {
 			return o, code
 		}
-		o.dbURL = v.dbURL
-	case strings.TrimSpace(*cf.config) != "":
+		o.dbURL = v.DBURL
+	case strings.TrimSpace(*cf.Config) != "":
 		// Only --complete uses the database, but a bad file is named now
 		// (a file always yields a database URL: its default).
-		if _, code := cf.resolve(c, name, false); code != 0 {
+		if _, code := cf.Resolve(c, name, false); code != 0 {
 			return o, code
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"strings"
@@ -6,19 +6,19 @@ import (
 )
 
 func TestWithAppName(t *testing.T) {
-	got, err := withAppName("postgres://u@db:5432/cuebot?sslmode=disable", "scheduler", "node1:42")
+	got, err := WithAppName("postgres://u@db:5432/cuebot?sslmode=disable", "scheduler", "node1:42")
 	if err != nil || !strings.Contains(got, "application_name=cuesched-scheduler%2Fnode1%3A42") || !strings.Contains(got, "sslmode=disable") {
 		t.Fatalf("url form: %q %v", got, err)
 	}
-	kept, _ := withAppName("postgres://u@db/cuebot?application_name=mine", "scheduler", "x")
+	kept, _ := WithAppName("postgres://u@db/cuebot?application_name=mine", "scheduler", "x")
 	if !strings.Contains(kept, "application_name=mine") || strings.Contains(kept, "cuesched-") {
 		t.Fatalf("an explicit application_name must win: %q", kept)
 	}
-	dsn, _ := withAppName("host=db dbname=cuebot", "sidecar", "n")
+	dsn, _ := WithAppName("host=db dbname=cuebot", "sidecar", "n")
 	if dsn != "host=db dbname=cuebot application_name='cuesched-sidecar/n'" {
 		t.Fatalf("dsn form: %q", dsn)
 	}
-	if _, err := withAppName("postgres://%zz", "scheduler", "x"); err == nil {
+	if _, err := WithAppName("postgres://%zz", "scheduler", "x"); err == nil {
 		t.Fatal("a malformed URL must be an error")
 	}
 }

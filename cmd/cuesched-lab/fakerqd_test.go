@@ -12,6 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cuesched/cuesched/scheduler"
+	"github.com/cuesched/cuesched/shared/config"
+	"github.com/cuesched/cuesched/shared/testkit/clitest"
+
+	"github.com/cuesched/cuesched/shared/cli"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc/codes"
@@ -24,15 +30,15 @@ import (
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
-func runFakeRQDT(ctx context.Context, env map[string]string, args ...string) (int, *lockedBuffer, *lockedBuffer) {
-	out, errb := &lockedBuffer{}, &lockedBuffer{}
-	c := &cli{stdout: out, stderr: errb, getenv: func(k string) string { return env[k] }, logger: hclog.NewNullLogger()}
+func runFakeRQDT(ctx context.Context, env map[string]string, args ...string) (int, *clitest.SyncBuffer, *clitest.SyncBuffer) {
+	out, errb := &clitest.SyncBuffer{}, &clitest.SyncBuffer{}
+	c := &cli.Env{Stdout: out, Stderr: errb, Getenv: func(k string) string { return env[k] }, Logger: hclog.NewNullLogger()}
 	return runFakeRQD(ctx, c, args), out, errb
 }
 
-// fakeRun is "cuesched fake-rqd" running in a goroutine.
+// fakeRun is "cuesched-lab fake-rqd" running in a goroutine.
 type fakeRun struct {
-	errb   *lockedBuffer
+	errb   *clitest.SyncBuffer
 	cancel context.CancelFunc
 	done   chan int
 	code   int
@@ -43,8 +49,8 @@ type fakeRun struct {
 func startFakeRQD(t *testing.T, env map[string]string, args ...string) *fakeRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &fakeRun{errb: &lockedBuffer{}, cancel: cancel, done: make(chan int, 1)}
-	c := &cli{stdout: io.Discard, stderr: r.errb, getenv: func(k string) string { return env[k] }, logger: hclog.NewNullLogger()}
+	r := &fakeRun{errb: &clitest.SyncBuffer{}, cancel: cancel, done: make(chan int, 1)}
+	c := &cli.Env{Stdout: io.Discard, Stderr: r.errb, Getenv: func(k string) string { return env[k] }, Logger: hclog.NewNullLogger()}
 	go func() { r.done <- runFakeRQD(ctx, c, args) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r
@@ -110,7 +116,7 @@ func TestFakeRQDUsageAndErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	code, out, errb := runFakeRQDT(ctx, nil, "-h")
-	if code != 0 || !strings.Contains(out.String(), "usage: cuesched fake-rqd") || !strings.Contains(out.String(), "-run-time") {
+	if code != 0 || !strings.Contains(out.String(), "usage: cuesched-lab fake-rqd") || !strings.Contains(out.String(), "-run-time") {
 		t.Errorf("-h: code %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
 	cases := []struct {
@@ -350,7 +356,7 @@ func TestFakeRQDWithRealScheduler(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const frames = 6
-	db, pool := oneHostFarm(t, "rh", "rehearse", "rhhost", "rhjob", frames)
+	db, pool := farmseed.OneHostFarm(t, "rh", "rehearse", "rhhost", "rhjob", frames)
 
 	fake := startFakeRQD(t, map[string]string{"CUESCHED_DATABASE_URL": db},
 		"--listen", "127.0.0.1:0", "--complete", "--run-time", "0s..100ms", "--hosts", "rhhost")
@@ -365,12 +371,8 @@ func TestFakeRQDWithRealScheduler(t *testing.T) {
 		"CUESCHED_RQD_ADDRESS_OVERRIDE": addr}
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan int, 1)
-	var serrb *lockedBuffer
-	go func() {
-		var code int
-		code, serrb = runSchedulerT(sctx, env, "--config", path, "--facility", "rh")
-		done <- code
-	}()
+	serrb := &clitest.SyncBuffer{}
+	go func() { done <- runScheduler(sctx, t, env, path, "rh", serrb) }()
 	stopScheduler := func() int {
 		cancel()
 		return <-done
@@ -402,4 +404,29 @@ func TestFakeRQDWithRealScheduler(t *testing.T) {
 	if code := fake.stop(t); code != 0 {
 		t.Fatalf("fake-rqd exit code %d; stderr:\n%s", code, fake.errb.String())
 	}
+}
+
+// runScheduler runs the scheduler package (what "cuesched scheduler" runs)
+// on the configuration file path with the environment env, scheduling
+// facility; its log goes to logs, and the code is 0 when it
+// stopped cleanly.
+func runScheduler(ctx context.Context, t *testing.T, env map[string]string, path, facility string, logs *clitest.SyncBuffer) int {
+	cfg, err := config.Load(path, func(k string) string { return env[k] })
+	if err != nil {
+		t.Error(err)
+		return 1
+	}
+	cfg.Scheduler.Facility = facility
+	log := hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info})
+	s, err := scheduler.New(ctx, cfg, scheduler.Deps{Logger: log})
+	if err != nil {
+		t.Error(err)
+		return 1
+	}
+	defer s.Close()
+	if err := s.Run(ctx); err != nil {
+		log.Error("scheduler stopped", "error", err)
+		return 1
+	}
+	return 0
 }
