@@ -8,31 +8,31 @@
 // A WAITING frame of a scheduler-managed show travels through the
 // packages below in this order; each step names the package that owns it.
 //
-//	1. clusters   the WAL (through the host cache's stream) or a reload
+//	(1) clusters   the WAL (through the host cache's stream) or a reload
 //	              makes its (facility, show, allocation tag) cluster
 //	              known; the Feed hands the cluster to a loop worker.
-//	2. loop       one pass of the cluster: wait on the gates (accounting
+//	(2) loop       one pass of the cluster: wait on the gates (accounting
 //	              ready, host cache loaded), then ask jobs for work.
-//	3. jobs       the pending-jobs query (lottery order, caps, min cores
+//	(3) jobs       the pending-jobs query (lottery order, caps, min cores
 //	              first) and, per job, its dispatchable layers and frames;
 //	              jobs.Backoff keeps layers that found no host out for a while.
-//	4. matcher    per layer: a permit, then up to N checkouts of a host
+//	(4) matcher    per layer: a permit, then up to N checkouts of a host
 //	              from the host cache; each candidate must pass Accept.
-//	5. hostcache  the B-tree of idle capacity kept by logical replication;
+//	(5) hostcache  the B-tree of idle capacity kept by logical replication;
 //	              Checkout scores a bounded candidate set (E-PVM, locality)
 //	              and lends the host out until check-in.
 //	   policy     Accept consults the optional gates: policy of GPU hosts
 //	              (gpuguard), firm reservations with EASY backfill
 //	              (reservations), layer spread; tiers orders shows.
-//	6. sizing     how many cores, how much memory and how many GPUs one
+//	(6) sizing     how many cores, how much memory and how many GPUs one
 //	              frame books on that host (Cuebot's rules), asked by the
 //	              matcher and the dispatcher alike.
-//	7. dispatch   book in Redis (publisher, book.lua: burst and caps,
+//	(7) dispatch   book in Redis (publisher, book.lua: burst and caps,
 //	              atomically), claim in Postgres (frame RUNNING, proc, host
 //	              in one transaction), roll back the losers, then launch.
-//	8. runframe,  the RunFrame Cuebot would send (framespec: command
+//	(8) runframe,  the RunFrame Cuebot would send (framespec: command
 //	   rqdclient  tokens, environment), over gRPC to the host's RQD.
-//	9. (sidecar)  when Cuebot deletes the proc at completion, the sidecar
+//	(9) (sidecar)  when Cuebot deletes the proc at completion, the sidecar
 //	              next to it releases the booking in Redis exactly once.
 //
 // accounting runs beside the loop: bootstrap of the Redis counters, the
