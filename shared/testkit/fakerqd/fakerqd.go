@@ -230,6 +230,18 @@ type FrameCompletion struct {
 
 type frameKey struct{ host, frameID string }
 
+// hostFrames are the frames running on one host and what they book, kept
+// as frames start and end so that a launch or a report costs the frames of
+// its host, not those of the whole farm.
+type hostFrames struct {
+	frames map[string]*runningFrame // by frame id
+	cores  int32                    // centicores booked
+	memKB  int64                    // resident memory reported
+}
+
+// memUse is what a frame counts against its host's free memory.
+func (f *runningFrame) memUse() int64 { return min(f.maxRSS, f.rf.GetHardMemoryLimit()) }
+
 type runningFrame struct {
 	host       string
 	rf         *rqdpb.RunFrame
@@ -255,8 +267,9 @@ type Server struct {
 	def         Behavior
 	hosts       map[string]Behavior
 	running     map[frameKey]*runningFrame
-	copies      map[string]int      // frame id -> number of running copies
-	doubles     map[string]struct{} // see DoubleLaunches
+	onHost      map[string]*hostFrames // the running frames of each host, with their sums
+	copies      map[string]int         // frame id -> number of running copies
+	doubles     map[string]struct{}    // see DoubleLaunches
 	launches    []Launch
 	completions []FrameCompletion
 	stopped     bool
@@ -284,6 +297,7 @@ func Start(cfg Config) (*Server, error) {
 		def:        cfg.Default,
 		hosts:      make(map[string]Behavior, len(cfg.Hosts)),
 		running:    make(map[frameKey]*runningFrame),
+		onHost:     make(map[string]*hostFrames),
 		copies:     make(map[string]int),
 		doubles:    make(map[string]struct{}),
 	}
@@ -389,8 +403,14 @@ func (s *Server) RunningCount() int {
 // ordered by host and frame id. Callers hold s.mu.
 func (s *Server) runningOn(host string) []*runningFrame {
 	var out []*runningFrame
-	for _, f := range s.running {
-		if host == "" || f.host == host {
+	if host != "" {
+		if h := s.onHost[host]; h != nil {
+			for _, f := range h.frames {
+				out = append(out, f)
+			}
+		}
+	} else {
+		for _, f := range s.running {
 			out = append(out, f)
 		}
 	}
@@ -537,10 +557,27 @@ func (s *Server) add(key frameKey, f *runningFrame) {
 	}
 	s.copies[key.frameID]++
 	s.running[key] = f
+	h := s.onHost[key.host]
+	if h == nil {
+		h = &hostFrames{frames: map[string]*runningFrame{}}
+		s.onHost[key.host] = h
+	}
+	h.frames[key.frameID] = f
+	h.cores += f.rf.GetNumCores()
+	h.memKB += f.memUse()
 }
 
 // remove unregisters a frame that ended. Callers hold s.mu.
 func (s *Server) remove(key frameKey) {
+	if f := s.running[key]; f != nil {
+		h := s.onHost[key.host]
+		delete(h.frames, key.frameID)
+		h.cores -= f.rf.GetNumCores()
+		h.memKB -= f.memUse()
+		if len(h.frames) == 0 {
+			delete(s.onHost, key.host)
+		}
+	}
 	delete(s.running, key)
 	if s.copies[key.frameID]--; s.copies[key.frameID] <= 0 {
 		delete(s.copies, key.frameID)
@@ -555,10 +592,8 @@ func (s *Server) renderHost(host string) *reportpb.RenderHost {
 		mem = DefaultMemoryKB
 	}
 	used := int64(0)
-	for _, f := range s.running {
-		if f.host == host {
-			used += min(f.maxRSS, f.rf.GetHardMemoryLimit())
-		}
+	if h := s.onHost[host]; h != nil {
+		used = h.memKB
 	}
 	return &reportpb.RenderHost{
 		Name:         host,
@@ -582,10 +617,8 @@ func (s *Server) renderHost(host string) *reportpb.RenderHost {
 // coreUsage returns the host's total and booked centicores. Callers hold
 // s.mu.
 func (s *Server) coreUsage(host string) (total, booked int32) {
-	for _, f := range s.running {
-		if f.host == host {
-			booked += f.rf.GetNumCores()
-		}
+	if h := s.onHost[host]; h != nil {
+		booked = h.cores
 	}
 	cores := s.behavior(host).Cores
 	if cores <= 0 {
