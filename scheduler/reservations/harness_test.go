@@ -3,6 +3,7 @@ package reservations_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -183,13 +184,54 @@ type managerOpt func(*reservations.Config)
 
 func (h *harness) manager(instance string, opts ...managerOpt) (*reservations.Manager, *prometheus.Registry) {
 	h.t.Helper()
+	return h.managerOver(instance, h.cache, opts...)
+}
+
+// managerOver is manager with hosts answering Serving (the cache, or a
+// rendezvous over it).
+func (h *harness) managerOver(instance string, hosts reservations.Hosts, opts ...managerOpt) (*reservations.Manager, *prometheus.Registry) {
+	h.t.Helper()
 	cfg := reservations.Config{Enabled: true, BlockedFor: time.Second, MaxGrants: 8, MaxFraction: 1, Timeout: time.Hour,
 		Interval: 100 * time.Millisecond, Policy: sizing.Policy{CoreUnit: 100, StrandedMemKB: 2 * farmseed.GB}, Seed: 1}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	reg := prometheus.NewRegistry()
-	return reservations.New(h.pool, h.rdb, h.cache, cfg, reservations.Options{Registerer: reg, Instance: instance}), reg
+	return reservations.New(h.pool, h.rdb, hosts, cfg, reservations.Options{Registerer: reg, Instance: instance}), reg
+}
+
+// rendezvous is a Hosts that holds the first n calls of Serving until all
+// n have arrived; later calls pass at once. A grant round calls Serving
+// after it has refreshed its snapshot from Redis and before it grants, so
+// n managers ticking at once all read the board before any of them grants:
+// the race for one host is forced, not left to the goroutine scheduler.
+type rendezvous struct {
+	reservations.Hosts
+	t       *testing.T
+	mu      sync.Mutex
+	waiting int
+	all     chan struct{}
+}
+
+func newRendezvous(t *testing.T, hosts reservations.Hosts, n int) *rendezvous {
+	return &rendezvous{Hosts: hosts, t: t, waiting: n, all: make(chan struct{})}
+}
+
+func (r *rendezvous) Serving(facilityID, showID string, tags []string, os string, threadable bool) []hostcache.Host {
+	r.mu.Lock()
+	if r.waiting > 0 {
+		r.waiting--
+		if r.waiting == 0 {
+			close(r.all)
+		}
+	}
+	r.mu.Unlock()
+	select {
+	case <-r.all:
+	case <-time.After(testenv.Patience(10 * time.Second)):
+		r.t.Error("rendezvous: not every manager reached its grant (Serving)")
+	}
+	return r.Hosts.Serving(facilityID, showID, tags, os, threadable)
 }
 
 // blocked reports l blocked in the harness cluster for the last d.

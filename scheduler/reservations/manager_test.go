@@ -39,6 +39,7 @@ func TestGrantOnTheHostThatDrainsSoonest(t *testing.T) {
 	h.blocked(m, wide, 2*time.Second)
 	before := time.Now()
 	h.tick(m)
+	after := time.Now()
 	rs := h.list()
 	if len(rs) != 1 {
 		t.Fatalf("reservations = %+v, want one", rs)
@@ -48,8 +49,24 @@ func TestGrantOnTheHostThatDrainsSoonest(t *testing.T) {
 		r.Alloc != h.alloc || r.Cores != 6400 || r.MemKB != 16*farmseed.GB || r.GrantedBy != "i1" {
 		t.Fatalf("reservation = %+v, want host b (fewest procs) for the wide layer", r)
 	}
-	if d := r.ReadyAt.Sub(before); d < 5*time.Second || d > 15*time.Second {
-		t.Errorf("ready in %v, want about 10 s (the flood's average runtime)", d)
+	// b must run its frame once its last-dispatched proc has run the
+	// flood's average (10 s): ready at that proc's dispatch + 10 s, less
+	// at most the round's own length (the tick's clock is read before the
+	// drain query's), or at once if the machine was slow enough for the
+	// procs to be overdue. Bounds from the procs' dispatch times, not from
+	// the wall clock, so a slow machine cannot fail it.
+	var dispatched time.Time
+	if err := h.pool.QueryRow(h.ctx, `SELECT max(ts_dispatched) FROM proc WHERE pk_host = $1`, h.hosts["b"]).Scan(&dispatched); err != nil {
+		t.Fatal(err)
+	}
+	due := dispatched.Add(10 * time.Second)
+	lo := due.Add(-after.Sub(before) - time.Millisecond)
+	hi := due.Add(time.Millisecond)
+	if after.After(hi) {
+		hi = after
+	}
+	if r.ReadyAt.Before(lo) || r.ReadyAt.After(hi) {
+		t.Errorf("ready at %v, want within [%v, %v]: 10 s (the flood's average runtime) after b's last proc was dispatched", r.ReadyAt, lo, hi)
 	}
 	if d := r.ExpiresAt.Sub(before); d < 50*time.Minute || d > 70*time.Minute {
 		t.Errorf("expires in %v, want the 1 h timeout", d)
@@ -200,13 +217,17 @@ func TestReservationEndsWithItsDemand(t *testing.T) {
 		t.Fatalf("reservations = %+v, want the slow layer's", rs)
 	}
 	other := h.layer(flood)
-	if mt.Admit(rs[0].Host, other, time.Now()) {
+	// Admit is asked at the grant's own time (Redis time), not "now": on a
+	// loaded machine the 300 ms may be gone by the time this line runs.
+	if mt.Admit(rs[0].Host, other, rs[0].GrantedAt) {
 		t.Fatal("a live reservation admitted a non-owner")
 	}
-	time.Sleep(400 * time.Millisecond)
 	// Expired: no longer binding, even before the sweep.
-	if !mt.Admit(rs[0].Host, other, time.Now()) {
+	if !mt.Admit(rs[0].Host, other, rs[0].ExpiresAt) {
 		t.Error("an expired reservation still refuses")
+	}
+	for time.Now().Before(rs[0].ExpiresAt.Add(10 * time.Millisecond)) {
+		time.Sleep(50 * time.Millisecond)
 	}
 	// Any instance sweeps it: here the other manager.
 	h.tick(m)
@@ -230,8 +251,13 @@ func TestTwoSchedulersRaceForOneHost(t *testing.T) {
 	h.fill(flood, 60, "b", 64)
 	_, w1 := h.wide("w1", 64, 2)
 	_, w2 := h.wide("w2", 64, 2)
-	m1, reg1 := h.manager("i1")
-	m2, reg2 := h.manager("i2")
+	// Both rounds read the (empty) board before either grants, so both
+	// pick host a and the grant script alone decides the winner. Without
+	// the rendezvous a round delayed past the other's grant (a loaded
+	// machine) would see a reserved and take b, with no race at all.
+	meet := newRendezvous(t, h.cache, 2)
+	m1, reg1 := h.managerOver("i1", meet)
+	m2, reg2 := h.managerOver("i2", meet)
 	h.blocked(m1, w1, 2*time.Second)
 	h.blocked(m2, w2, 2*time.Second)
 	var wg sync.WaitGroup
