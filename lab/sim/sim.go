@@ -199,6 +199,14 @@ func NewBattery(ctx context.Context, o Options) (*Battery, error) {
 	return &Battery{opts: o, env: env}, nil
 }
 
+// WithSeed returns a battery over the same Postgres and Redis whose runs
+// use seed (the sweep over seeds of the fast scenarios in the tests).
+func (b *Battery) WithSeed(seed int64) *Battery {
+	c := *b
+	c.opts.Seed = seed
+	return &c
+}
+
 // Close stops Postgres and Redis.
 func (b *Battery) Close() { b.env.Close() }
 

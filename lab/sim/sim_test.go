@@ -2,7 +2,10 @@ package sim_test
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -51,39 +54,92 @@ func TestBatteryNames(t *testing.T) {
 // The fast subset of the battery: the real scheduler and sidecar against
 // real Postgres and Redis, each scenario judged by its thresholds and the
 // global invariants. (`make verify` runs the whole battery.)
+//
+// It runs seed 7, or every seed of CUESCHED_SIM_SEEDS ("1-20", "3,8"),
+// each as TestFastScenarios/seed=N/SCENARIO: a verdict must not depend on
+// the seed, nor on the machine's load (scripts/stress-test.sh --seeds).
 func TestFastScenarios(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the battery starts farms")
 	}
+	seeds, err := parseSeeds(os.Getenv("CUESCHED_SIM_SEEDS"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
-	b, err := sim.NewBattery(ctx, sim.Options{Seed: 7, NoVariants: true, Progress: func(s string) { t.Log(s) }})
+	b, err := sim.NewBattery(ctx, sim.Options{NoVariants: true, Progress: func(s string) { t.Log(s) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	ran := 0
-	for _, s := range sim.Scenarios() {
-		if !s.Fast {
-			continue
-		}
-		ran++
-		t.Run(s.Name, func(t *testing.T) {
-			for _, r := range b.Run(ctx, s) {
-				if r.Pass {
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			bs := b.WithSeed(seed)
+			for _, s := range sim.Scenarios() {
+				if !s.Fast {
 					continue
 				}
-				var failed []string
-				for _, m := range r.Metrics {
-					if !m.Pass {
-						failed = append(failed, m.String())
+				ran++
+				t.Run(s.Name, func(t *testing.T) {
+					for _, r := range bs.Run(ctx, s) {
+						if r.Pass {
+							continue
+						}
+						var failed []string
+						for _, m := range r.Metrics {
+							if !m.Pass {
+								failed = append(failed, m.String())
+							}
+						}
+						t.Errorf("%s (seed %d) failed: %s %s %s", r.Name(), seed, strings.Join(failed, "; "), strings.Join(r.Notes, "; "), r.Error)
 					}
-				}
-				t.Errorf("%s failed: %s %s", r.Name(), strings.Join(failed, "; "), r.Error)
+				})
 			}
 		})
 	}
 	if ran == 0 {
 		t.Fatal("no fast scenario in the battery")
+	}
+}
+
+// parseSeeds reads CUESCHED_SIM_SEEDS: "" is seed 7; otherwise a
+// comma-separated list of seeds and ranges ("1-20", "3,8,10-12").
+func parseSeeds(v string) ([]int64, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return []int64{7}, nil
+	}
+	var out []int64
+	for _, part := range strings.Split(v, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err := strconv.ParseInt(lo, 10, 64)
+		b := a
+		if err == nil && isRange {
+			b, err = strconv.ParseInt(hi, 10, 64)
+		}
+		if err != nil || a < 1 || b < a || b-a > 10000 {
+			return nil, fmt.Errorf("CUESCHED_SIM_SEEDS=%q: want seeds >= 1 and ranges like 1-20, comma-separated", v)
+		}
+		for s := a; s <= b; s++ {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func TestParseSeeds(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{"": "[7]", "3": "[3]", "1-3": "[1 2 3]", " 2, 5-6 ": "[2 5 6]"} {
+		got, err := parseSeeds(in)
+		if err != nil || fmt.Sprint(got) != want {
+			t.Errorf("parseSeeds(%q) = %v, %v; want %s", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"x", "0", "5-2", "1-", "-3"} {
+		if _, err := parseSeeds(bad); err == nil {
+			t.Errorf("parseSeeds(%q): no error", bad)
+		}
 	}
 }
 

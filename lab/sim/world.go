@@ -2,8 +2,10 @@ package sim
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand"
 	"os"
 	"strings"
@@ -71,16 +73,17 @@ type World struct {
 	Seed     *farmseed.Seeder
 	Facility string
 
-	env     *Env
-	dbName  string
-	log     hclog.Logger
-	rngMu   sync.Mutex
-	rng     *rand.Rand
-	base    []func(*config.Config)
-	runMin  time.Duration
-	runMax  time.Duration
-	runtime sync.Map // layer id -> func(*rand.Rand) time.Duration
-	outcome sync.Map // layer id -> Outcome
+	env      *Env
+	dbName   string
+	log      hclog.Logger
+	rngMu    sync.Mutex
+	rng      *rand.Rand
+	base     []func(*config.Config)
+	runMin   time.Duration
+	runMax   time.Duration
+	runtime  sync.Map // layer id -> time.Duration
+	launches sync.Map // frame id -> *atomic.Int64 (launches seen, for the run-time draw)
+	outcome  sync.Map // layer id -> Outcome
 
 	Fake *fakerqd.Server
 	Emu  *cuebotemu.Emulator
@@ -179,15 +182,43 @@ func (w *World) LayerRunTime(layerID string, d time.Duration) {
 	w.runtime.Store(layerID, d)
 }
 
+// runTimeOf is how long a launched frame runs: its layer's fixed run time,
+// or a draw in [runMin, runMax) that is a function of the seed, the frame
+// (job and frame name) and which launch of it this is. The draw does not
+// depend on the order launches reach the fake RQD, so a seed gives every
+// frame the same run times however the machine's load interleaves them.
 func (w *World) runTimeOf(rf *rqdpb.RunFrame) time.Duration {
 	if v, ok := w.runtime.Load(rf.GetLayerId()); ok {
 		return v.(time.Duration)
 	}
-	span := int64(w.runMax - w.runMin)
-	if span <= 0 {
+	span := uint64(w.runMax - w.runMin)
+	if w.runMax <= w.runMin {
 		return w.runMin
 	}
-	return w.runMin + time.Duration(w.Rand(func(r *rand.Rand) int { return int(r.Int63n(span)) }))
+	n, _ := w.launches.LoadOrStore(rf.GetFrameId(), new(atomic.Int64))
+	attempt := n.(*atomic.Int64).Add(1)
+	return w.runMin + time.Duration(frameDraw(w.Opts.Seed, rf.GetJobName(), rf.GetFrameName(), attempt)%span)
+}
+
+// frameDraw hashes (seed, job, frame, attempt) to a uniform 64-bit value.
+func frameDraw(seed int64, job, frame string, attempt int64) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(seed))
+	h.Write(b[:])
+	h.Write([]byte(job))
+	h.Write([]byte{0})
+	h.Write([]byte(frame))
+	binary.LittleEndian.PutUint64(b[:], uint64(attempt))
+	h.Write(b[:])
+	// FNV's low bits mix poorly for short inputs: finish with splitmix64.
+	x := h.Sum64()
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
 }
 
 // Outcome decides how a frame of a layer ends, given the memory it was
