@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -615,7 +616,7 @@ func TestBadWALLookAlikeRelations(t *testing.T) {
 type poisoner struct {
 	stop   chan struct{}
 	done   chan struct{}
-	writes int
+	writes atomic.Int64
 }
 
 func (e *env) poison(stmts []string) *poisoner {
@@ -629,7 +630,7 @@ func (e *env) poison(stmts []string) *poisoner {
 			case <-time.After(15 * time.Millisecond):
 			}
 			if _, err := e.pool.Exec(e.ctx, stmts[i%len(stmts)]); err == nil {
-				p.writes++
+				p.writes.Add(1)
 			} else if e.ctx.Err() == nil {
 				e.note("poison write failed: %v", err)
 			}
@@ -640,12 +641,20 @@ func (e *env) poison(stmts []string) *poisoner {
 
 func (p *poisoner) halt(t *testing.T) {
 	t.Helper()
+	// At least minPoisonWrites, however fast the run drained (counts, not
+	// seconds), within a patient deadline.
+	deadline := time.Now().Add(testenv.Patience(10 * time.Second))
+	for p.writes.Load() < minPoisonWrites && time.Now().Before(deadline) {
+		time.Sleep(15 * time.Millisecond)
+	}
 	close(p.stop)
 	<-p.done
-	if p.writes < 50 {
-		t.Errorf("only %d writes to the unknown relations: the test exercised little", p.writes)
+	if n := p.writes.Load(); n < minPoisonWrites {
+		t.Errorf("only %d writes to the unknown relations: the test exercised little", n)
 	}
 }
+
+const minPoisonWrites = 50
 
 // noStreamRestarts fails the test if a process had to restart a
 // replication stream (what ignoring a relation must not need).

@@ -592,19 +592,35 @@ func (s *sampler) stop() {
 	<-s.done
 }
 
+// minSamples is how many samples of each kind a run must have taken.
+const minSamples = 20
+
+func (s *sampler) enoughSamples() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pgSamples >= minSamples && s.rdSamples >= minSamples && (!s.e.o.StrictRecords || s.recSamples >= minSamples)
+}
+
 // finish stops the sampler and fails the test on any violation.
 func (s *sampler) finish(t testing.TB) {
 	t.Helper()
+	// The run is quiescent here, so the invariants must still hold: keep
+	// sampling until there are enough samples (a loaded machine samples
+	// less often during a short run), within a patient deadline.
+	deadline := time.Now().Add(testenv.Patience(10 * time.Second))
+	for !s.enoughSamples() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
 	s.stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.violations) > 0 {
 		t.Errorf("invariants violated (%d Postgres and %d Redis samples):\n%s", s.pgSamples, s.rdSamples, strings.Join(s.violations, "\n"))
 	}
-	if s.pgSamples < 20 || s.rdSamples < 20 {
+	if s.pgSamples < minSamples || s.rdSamples < minSamples {
 		t.Errorf("too few samples: %d Postgres, %d Redis", s.pgSamples, s.rdSamples)
 	}
-	if s.e.o.StrictRecords && s.recSamples < 20 {
+	if s.e.o.StrictRecords && s.recSamples < minSamples {
 		t.Errorf("too few booking-record samples: %d", s.recSamples)
 	}
 	s.e.note("sampler: %d Postgres samples (%d failed), %d Redis samples (%d failed) over %d keys, %d booking-record samples, no violation = %v",
