@@ -72,7 +72,7 @@ start_hogs() {
 
 # --- the fast scenarios, seed by seed -------------------------------------
 if [ -n "$seeds" ]; then
-  pkg=./scheduler/sim
+  pkg=./lab/sim
   pattern='.*'
   if [ ${#scenarios[@]} -gt 0 ]; then
     pattern=$(IFS='|'; echo "${scenarios[*]}" | tr ',' '|' | tr '[:lower:]' '[:upper:]')
