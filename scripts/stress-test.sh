@@ -61,7 +61,8 @@ bash scripts/ensure-deps.sh stress # PostgreSQL, Redis and stress-ng
 
 hog_pid=""
 cleanup() { [ -n "$hog_pid" ] && kill "$hog_pid" 2>/dev/null && wait "$hog_pid" 2>/dev/null; true; }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'cleanup; exit 130' INT TERM
 start_hogs() {
   if [ "$hogs" -gt 0 ]; then
     stress-ng --cpu "$hogs" --quiet --timeout 0 &
@@ -109,7 +110,11 @@ if [ -n "$seeds" ]; then
     else
       failed=$((failed + 1)); failed_seeds+=("$seed")
       if [ -z "$passed$fails" ]; then
-        fails="(no scenario ran: is '${scenarios[*]:-}' a fast scenario? rc=$rc)"
+        if [ ${#scenarios[@]} -gt 0 ]; then
+          fails="no scenario ran (rc=$rc; is ${scenarios[*]} a fast scenario?)"
+        else
+          fails="no scenario ran (rc=$rc)"
+        fi
       fi
       line=$(printf 'seed %d: FAIL in %ds: %s' "$seed" "$secs" "${fails% }")
     fi

@@ -312,7 +312,7 @@ func (w *World) capScenario(ctx context.Context, what string, limit float64, use
 			peak = u
 		}
 	})
-	reached := w.WaitFor(ctx, 60*time.Second, func() bool { return use() >= limit })
+	reached := w.WaitFor(ctx, w.Patient(60*time.Second), func() bool { return use() >= limit })
 	if err := Sleep(ctx, 8*time.Second); err != nil {
 		return err
 	}
@@ -486,7 +486,7 @@ func runDepends(ctx context.Context, w *World) error {
 	// Cuebot's side of a layer-on-layer depend: once every frame of the
 	// parent has succeeded, the child's frames become WAITING.
 	satisfied := map[string]time.Time{}
-	allDone := w.WaitFor(ctx, 120*time.Second, func() bool {
+	allDone := w.WaitFor(ctx, w.Patient(120*time.Second), func() bool {
 		for _, e := range edges {
 			if _, ok := satisfied[e.child]; ok {
 				continue
@@ -518,7 +518,7 @@ func runDepends(ctx context.Context, w *World) error {
 	done := w.Int(ctx, `SELECT count(*) FROM frame WHERE str_state = 'SUCCEEDED'`)
 	w.Metric("frames done (every gated frame ran)", float64(done), AtLeast, float64(total), "")
 	if !allDone {
-		w.Note("not every frame succeeded within 120 s")
+		w.Note("not every frame succeeded within %v", w.Patient(120*time.Second))
 	}
 	return nil
 }
@@ -565,7 +565,7 @@ func runTagsGPU(ctx context.Context, w *World) error {
 	}
 	violations := int64(0)
 	w.Sample(func(ctx context.Context, _ float64) { violations += w.Int(ctx, tagViolationSQL) })
-	done := w.WaitFor(ctx, 90*time.Second, func() bool {
+	done := w.WaitFor(ctx, w.Patient(90*time.Second), func() bool {
 		return w.Int(ctx, `SELECT count(*) FROM frame WHERE str_state <> 'SUCCEEDED'`) == 0
 	})
 	w.StopSampling()
@@ -959,11 +959,11 @@ func runRetries(ctx context.Context, w *World) error {
 		out, _ := queryMap[int64](ctx, w, `SELECT str_state, count(*) FROM frame WHERE pk_layer = $1 GROUP BY 1`, layer[l])
 		return out
 	}
-	settled := w.WaitFor(ctx, 90*time.Second, func() bool {
+	settled := w.WaitFor(ctx, w.Patient(90*time.Second), func() bool {
 		return states("oom")["SUCCEEDED"] == 24 && states("broken")["DEAD"] == 8 && states("healthy")["SUCCEEDED"] == 60
 	})
 	if !settled {
-		w.Note("not settled in 90 s: oom %v, broken %v, healthy %v", states("oom"), states("broken"), states("healthy"))
+		w.Note("not settled in %v: oom %v, broken %v, healthy %v", w.Patient(90*time.Second), states("oom"), states("broken"), states("healthy"))
 	}
 	var raised int64
 	_ = w.Pool.QueryRow(ctx, `SELECT int_mem_min FROM layer WHERE pk_layer = $1`, layer["oom"]).Scan(&raised)

@@ -48,6 +48,12 @@ type Options struct {
 	Progress func(string)
 	// Verbose keeps the components' logs (at INFO) on Progress.
 	Verbose bool
+	// Patience stretches the deadlines a scenario gives an event that must
+	// happen (the cap reached, every frame run) by this factor, so a loaded
+	// machine makes a run wait longer, not fail; never a threshold nor an
+	// observation window. 0 or 1: as written (the CLI); the tests pass
+	// testenv's factor.
+	Patience float64
 }
 
 func (o Options) scale(n int) int {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cuesched/cuesched/lab/sim"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func TestSpearman(t *testing.T) {
@@ -67,7 +68,7 @@ func TestFastScenarios(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	b, err := sim.NewBattery(ctx, sim.Options{NoVariants: true, Progress: func(s string) { t.Log(s) }})
+	b, err := sim.NewBattery(ctx, sim.Options{NoVariants: true, Patience: testenv.PatienceFactor(), Progress: func(s string) { t.Log(s) }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -452,6 +452,11 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// Patient stretches a must-happen deadline by Options.Patience (at least 1).
+func (w *World) Patient(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * max(w.Opts.Patience, 1))
+}
+
 // WaitFor polls cond until it holds (true) or timeout passes (false).
 func (w *World) WaitFor(ctx context.Context, timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)

@@ -19,10 +19,16 @@ const MinPatience = 30 * time.Second
 // ("nothing bad happens for a while") and lower bounds ("not before its
 // sleep ended") keep their own durations.
 func Patience(d time.Duration) time.Duration {
-	f := 4.0
-	if v, err := strconv.ParseFloat(os.Getenv("CUESCHED_TEST_PATIENCE"), 64); err == nil && v >= 1 {
-		f = v
-	}
-	d = time.Duration(float64(d) * f)
+	d = time.Duration(float64(d) * PatienceFactor())
 	return max(d, MinPatience)
+}
+
+// PatienceFactor is Patience's factor: CUESCHED_TEST_PATIENCE (default 4,
+// at least 1), for code that stretches its own deadlines (the simulator's
+// scenarios under `go test`).
+func PatienceFactor() float64 {
+	if v, err := strconv.ParseFloat(os.Getenv("CUESCHED_TEST_PATIENCE"), 64); err == nil && v >= 1 {
+		return v
+	}
+	return 4
 }
