@@ -191,10 +191,10 @@ func (w *World) runTimeOf(rf *rqdpb.RunFrame) time.Duration {
 	if v, ok := w.runtime.Load(rf.GetLayerId()); ok {
 		return v.(time.Duration)
 	}
-	span := uint64(w.runMax - w.runMin)
 	if w.runMax <= w.runMin {
 		return w.runMin
 	}
+	span := uint64(w.runMax - w.runMin)
 	n, _ := w.launches.LoadOrStore(rf.GetFrameId(), new(atomic.Int64))
 	attempt := n.(*atomic.Int64).Add(1)
 	return w.runMin + time.Duration(frameDraw(w.Opts.Seed, rf.GetJobName(), rf.GetFrameName(), attempt)%span)
