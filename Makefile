@@ -25,11 +25,14 @@ test: deps
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
 # `make test` STRESS_RUNS times while STRESS_CPUS stress-ng CPU hogs run
-# alongside: the suite must stay green on a busy machine.
+# alongside: the suite must stay green on a busy machine. With
+# STRESS_SEEDS=20 it runs the fast simulator scenarios over seeds 1..20
+# instead, one verdict per seed (scripts/stress-test.sh --seeds).
 STRESS_RUNS ?= 3
 STRESS_CPUS ?= 2
+STRESS_SEEDS ?=
 stress:
-	STRESS_RUNS=$(STRESS_RUNS) STRESS_CPUS=$(STRESS_CPUS) bash scripts/stress-test.sh
+	STRESS_RUNS=$(STRESS_RUNS) STRESS_CPUS=$(STRESS_CPUS) bash scripts/stress-test.sh $(if $(STRESS_SEEDS),--seeds $(STRESS_SEEDS))
 
 demo: deps build
 	./bin/cuesched-lab demo $(DEMO_FLAGS)
