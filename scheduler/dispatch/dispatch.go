@@ -525,7 +525,7 @@ func (d *Dispatcher) launch(ctx context.Context, l *jobs.Layer, h Host, ps []pla
 	now := time.Now()
 	var wg sync.WaitGroup
 	for i, p := range ps {
-		rf := d.limits.Build(runframe.Params{ProcID: p.proc, Layer: l, Frame: p.frame, Res: p.res, HostOS: h.OS, Now: now})
+		rf := d.limits.Build(runframe.Params{ProcID: p.proc, Layer: l, Frame: p.frame, Res: p.res, Now: now})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
