@@ -210,6 +210,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 	if s.rqd != nil {
 		launcher = s.rqd
 	}
+	budget := cfg.DispatchBudget()
 	resvHosts := &servingHosts{}
 	s.Reservations = newReservations(cfg, s.pool, s.rdb, resvHosts, policy, log, d.Registerer)
 	s.loops = append(s.loops, s.Reservations.Run)
@@ -217,6 +218,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		CoreUnit: unit, MemReservedMinKB: kb(q.MemReservedMin), StrandedMemKB: policy.StrandedMemKB,
 		SelfishServices: q.SelfishServices, SoftLimit: q.FrameMemorySoftLimit, HardLimit: q.FrameMemoryHardLimit,
 		DryRun: cfg.RQD.DryRun, Schema: &schema,
+		LaunchTimeout: budget.Launch, CompensateTimeout: budget.Compensate,
 		// Well inside the grace after which the accounting loop drops a
 		// booking whose proc never appeared.
 		BookTimeout: cfg.Accounting.InFlightGrace.D() / 2,

@@ -355,7 +355,7 @@ func (c Config) Validate() error {
 	if len(c.Sidecar.Publications) == 0 {
 		return bad("sidecar.publications", "must name at least one publication")
 	}
-	return nil
+	return c.checkDispatchBudget()
 }
 
 func sortedDurKeys(m map[string]Duration) []string {
