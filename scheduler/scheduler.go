@@ -91,6 +91,29 @@ type Scheduler struct {
 
 func kb(s config.Size) int64 { return int64(s) / 1024 }
 
+// PoolConfig is the scheduler's pool configuration: database.url with
+// pool_size, connect_timeout, and the statement_timeout and lock_timeout
+// every connection sets (config.Database.SessionParams), so no read of the
+// job, layer, cluster, recompute, reseed or reservation paths can wait
+// forever on a lock or a dead connection. The replication streams and the
+// leader's lock session dial their own connections from the URL.
+func PoolConfig(db config.Database) (*pgxpool.Config, error) {
+	pc, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		return nil, fmt.Errorf("database.url: %w", err)
+	}
+	if db.PoolSize > 0 {
+		pc.MaxConns = int32(db.PoolSize)
+	}
+	if t := db.ConnectTimeout.D(); t > 0 {
+		pc.ConnConfig.ConnectTimeout = t
+	}
+	for k, v := range db.SessionParams() {
+		pc.ConnConfig.RuntimeParams[k] = v
+	}
+	return pc, nil
+}
+
 // New assembles a scheduler from cfg: it resolves the facility,
 // loads the cluster set and wires the feed, matcher, dispatcher and RQD
 // client. It does not book anything until Run.
@@ -106,15 +129,9 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		}
 	}()
 	if s.pool == nil {
-		pc, err := pgxpool.ParseConfig(cfg.Database.URL)
+		pc, err := PoolConfig(cfg.Database)
 		if err != nil {
-			return nil, fmt.Errorf("database.url: %w", err)
-		}
-		if cfg.Database.PoolSize > 0 {
-			pc.MaxConns = int32(cfg.Database.PoolSize)
-		}
-		if t := cfg.Database.ConnectTimeout.D(); t > 0 {
-			pc.ConnConfig.ConnectTimeout = t
+			return nil, err
 		}
 		s.pool, err = pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {
@@ -319,6 +336,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		CoreUnit: int(unit), AgeRelief: q.PriorityAgeRelief.D(),
 		Lottery: q.JobOrder != config.JobOrderStrict, LotterySeed: q.LotterySeed,
 		EmptySleep: q.ClusterEmptySleep.D(), SaturatedSleep: q.ClusterSaturatedSleep.D(), Schema: &schema,
+		PassTimeout: q.PassTimeout.D(),
 	}, loop.Options{Logger: log, Registerer: d.Registerer, Gate: loop.AllGates(gates), Capacity: capacity, Booked: booked})
 
 	if d.Health != nil {

@@ -36,12 +36,20 @@ type world struct {
 
 func newWorld(t *testing.T, hosts int) *world {
 	t.Helper()
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, cuebotdb.Database(t))
+	pool, err := pgxpool.New(context.Background(), cuebotdb.Database(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
+	return newWorldOn(t, pool, hosts)
+}
+
+// newWorldOn seeds a facility, a managed show subscribed to one allocation
+// and hosts in the database of pool.
+func newWorldOn(t *testing.T, pool *pgxpool.Pool, hosts int) *world {
+	t.Helper()
+	ctx := context.Background()
+	var err error
 	w := &world{pool: pool, seed: &farmseed.Seeder{DB: pool}, rdbURL: testenv.NewRedisDB(t)}
 	rdb, err := publisher.NewClient(publisher.ClientConfig{URL: w.rdbURL})
 	if err != nil {
