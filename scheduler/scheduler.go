@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
+	"github.com/cuesched/cuesched/migrations"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/accounting"
 	"github.com/cuesched/cuesched/scheduler/clusters"
@@ -138,6 +139,16 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 			return nil, fmt.Errorf("database: %w", err)
 		}
 		s.ownPool = true
+	}
+	// A database without the rollout (version table, publications) is
+	// refused now, with what to run, instead of at the first change the
+	// host cache's stream decodes.
+	var pubs []string
+	if d.Hosts == nil {
+		pubs = append(pubs, hostcache.ConfigFrom(cfg).Publication)
+	}
+	if err := migrations.CheckApplied(ctx, s.pool, pubs...); err != nil {
+		return nil, err
 	}
 	if s.rdb == nil {
 		s.rdb, err = publisher.NewClient(publisher.ClientConfig{URL: cfg.Accounting.RedisURL,

@@ -288,3 +288,29 @@ func TestSchedulerWithAccountingLaunches(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestNewSchedulerRefusesUnmigratedDatabase: a database without the
+// rollout migrations is refused at start-up, naming what is missing and
+// what to run, instead of failing at the first change the host cache's
+// stream decodes.
+func TestNewSchedulerRefusesUnmigratedDatabase(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 1)
+	ctx := context.Background()
+	if _, err := w.pool.Exec(ctx, `DELETE FROM cuesched_schema_migrations WHERE version = 3`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.pool.Exec(ctx, `DROP PUBLICATION cuesched_hostcache`); err != nil {
+		t.Fatal(err)
+	}
+	// The real host cache (no Deps.Hosts) streams the publication.
+	_, err := scheduler.New(ctx, testConfig(w), scheduler.Deps{Pool: w.pool, NoAccounting: true, Registerer: prometheus.NewRegistry()})
+	if err == nil {
+		t.Fatal("NewScheduler accepted a database without the rollout")
+	}
+	for _, want := range []string{"0003_", "cuesched_hostcache", "cuesched migrate up"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
