@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
+	"github.com/cuesched/cuesched/migrations"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/accounting"
 	"github.com/cuesched/cuesched/scheduler/clusters"
@@ -91,6 +92,29 @@ type Scheduler struct {
 
 func kb(s config.Size) int64 { return int64(s) / 1024 }
 
+// PoolConfig is the scheduler's pool configuration: database.url with
+// pool_size, connect_timeout, and the statement_timeout and lock_timeout
+// every connection sets (config.Database.SessionParams), so no read of the
+// job, layer, cluster, recompute, reseed or reservation paths can wait
+// forever on a lock or a dead connection. The replication streams and the
+// leader's lock session dial their own connections from the URL.
+func PoolConfig(db config.Database) (*pgxpool.Config, error) {
+	pc, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		return nil, fmt.Errorf("database.url: %w", err)
+	}
+	if db.PoolSize > 0 {
+		pc.MaxConns = int32(db.PoolSize)
+	}
+	if t := db.ConnectTimeout.D(); t > 0 {
+		pc.ConnConfig.ConnectTimeout = t
+	}
+	for k, v := range db.SessionParams() {
+		pc.ConnConfig.RuntimeParams[k] = v
+	}
+	return pc, nil
+}
+
 // New assembles a scheduler from cfg: it resolves the facility,
 // loads the cluster set and wires the feed, matcher, dispatcher and RQD
 // client. It does not book anything until Run.
@@ -106,21 +130,25 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		}
 	}()
 	if s.pool == nil {
-		pc, err := pgxpool.ParseConfig(cfg.Database.URL)
+		pc, err := PoolConfig(cfg.Database)
 		if err != nil {
-			return nil, fmt.Errorf("database.url: %w", err)
-		}
-		if cfg.Database.PoolSize > 0 {
-			pc.MaxConns = int32(cfg.Database.PoolSize)
-		}
-		if t := cfg.Database.ConnectTimeout.D(); t > 0 {
-			pc.ConnConfig.ConnectTimeout = t
+			return nil, err
 		}
 		s.pool, err = pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {
 			return nil, fmt.Errorf("database: %w", err)
 		}
 		s.ownPool = true
+	}
+	// A database without the rollout (version table, publications) is
+	// refused now, with what to run, instead of at the first change the
+	// host cache's stream decodes.
+	var pubs []string
+	if d.Hosts == nil {
+		pubs = append(pubs, hostcache.ConfigFrom(cfg).Publication)
+	}
+	if err := migrations.CheckApplied(ctx, s.pool, pubs...); err != nil {
+		return nil, err
 	}
 	if s.rdb == nil {
 		s.rdb, err = publisher.NewClient(publisher.ClientConfig{URL: cfg.Accounting.RedisURL,
@@ -210,6 +238,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 	if s.rqd != nil {
 		launcher = s.rqd
 	}
+	budget := cfg.DispatchBudget()
 	resvHosts := &servingHosts{}
 	s.Reservations = newReservations(cfg, s.pool, s.rdb, resvHosts, policy, log, d.Registerer)
 	s.loops = append(s.loops, s.Reservations.Run)
@@ -217,6 +246,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		CoreUnit: unit, MemReservedMinKB: kb(q.MemReservedMin), StrandedMemKB: policy.StrandedMemKB,
 		SelfishServices: q.SelfishServices, SoftLimit: q.FrameMemorySoftLimit, HardLimit: q.FrameMemoryHardLimit,
 		DryRun: cfg.RQD.DryRun, Schema: &schema,
+		LaunchTimeout: budget.Launch, CompensateTimeout: budget.Compensate,
 		// Well inside the grace after which the accounting loop drops a
 		// booking whose proc never appeared.
 		BookTimeout: cfg.Accounting.InFlightGrace.D() / 2,
@@ -317,6 +347,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		CoreUnit: int(unit), AgeRelief: q.PriorityAgeRelief.D(),
 		Lottery: q.JobOrder != config.JobOrderStrict, LotterySeed: q.LotterySeed,
 		EmptySleep: q.ClusterEmptySleep.D(), SaturatedSleep: q.ClusterSaturatedSleep.D(), Schema: &schema,
+		PassTimeout: q.PassTimeout.D(),
 	}, loop.Options{Logger: log, Registerer: d.Registerer, Gate: loop.AllGates(gates), Capacity: capacity, Booked: booked})
 
 	if d.Health != nil {

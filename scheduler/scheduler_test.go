@@ -36,12 +36,20 @@ type world struct {
 
 func newWorld(t *testing.T, hosts int) *world {
 	t.Helper()
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, cuebotdb.Database(t))
+	pool, err := pgxpool.New(context.Background(), cuebotdb.Database(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
+	return newWorldOn(t, pool, hosts)
+}
+
+// newWorldOn seeds a facility, a managed show subscribed to one allocation
+// and hosts in the database of pool.
+func newWorldOn(t *testing.T, pool *pgxpool.Pool, hosts int) *world {
+	t.Helper()
+	ctx := context.Background()
+	var err error
 	w := &world{pool: pool, seed: &farmseed.Seeder{DB: pool}, rdbURL: testenv.NewRedisDB(t)}
 	rdb, err := publisher.NewClient(publisher.ClientConfig{URL: w.rdbURL})
 	if err != nil {
@@ -278,5 +286,31 @@ func TestSchedulerWithAccountingLaunches(t *testing.T) {
 			t.Fatalf("%d frames running on RQD, want 3", len(fake.Running("ha")))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestNewSchedulerRefusesUnmigratedDatabase: a database without the
+// rollout migrations is refused at start-up, naming what is missing and
+// what to run, instead of failing at the first change the host cache's
+// stream decodes.
+func TestNewSchedulerRefusesUnmigratedDatabase(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 1)
+	ctx := context.Background()
+	if _, err := w.pool.Exec(ctx, `DELETE FROM cuesched_schema_migrations WHERE version = 3`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.pool.Exec(ctx, `DROP PUBLICATION cuesched_hostcache`); err != nil {
+		t.Fatal(err)
+	}
+	// The real host cache (no Deps.Hosts) streams the publication.
+	_, err := scheduler.New(ctx, testConfig(w), scheduler.Deps{Pool: w.pool, NoAccounting: true, Registerer: prometheus.NewRegistry()})
+	if err == nil {
+		t.Fatal("NewScheduler accepted a database without the rollout")
+	}
+	for _, want := range []string{"0003_", "cuesched_hostcache", "cuesched migrate up"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cuesched/cuesched/lua"
+	"github.com/cuesched/cuesched/migrations"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/shared/metrics"
 	"github.com/cuesched/cuesched/shared/replication"
@@ -197,6 +198,14 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	s.c.pool = pool
 	s.mu.Unlock()
 	defer pool.Close()
+	// Refuse a database without the rollout now, with what to run,
+	// instead of failing at the first change the stream decodes.
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = migrations.CheckApplied(cctx, pool, s.cfg.Publications...)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
 
 	mctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup

@@ -430,3 +430,24 @@ func TestIgnoresSameNamedTablesInAnotherSchema(t *testing.T) {
 		t.Errorf("real subscription burst in Redis = %q, want 250", b)
 	}
 }
+
+// TestUnmigratedDatabaseIsRefusedAtStart: without its publications the
+// sidecar stops at start-up with what to run, not at the first decoded
+// change.
+func TestUnmigratedDatabaseIsRefusedAtStart(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	if _, err := h.pool.Exec(h.ctx, `DROP PUBLICATION cuesched_proc`); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := sidecar.New(childConfig(h.dbURL, h.slot, true, nil, nil), h.rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(h.ctx, testenv.Patience(20*time.Second))
+	defer cancel()
+	err = sc.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "cuesched_proc") || !strings.Contains(err.Error(), "cuesched migrate up") {
+		t.Fatalf("Run = %v, want a refusal naming the publication and `cuesched migrate up`", err)
+	}
+}

@@ -66,6 +66,9 @@ func runScheduler(ctx context.Context, c *cli.Env, args []string) int {
 		fmt.Fprintf(c.Stderr, "cuesched scheduler: %v\n", err)
 		return 1
 	}
+	// Batches in flight finish their commit, launches and compensations
+	// on a detached context: wait for them (config.DispatchBudget).
+	d.DrainTimeout = cfg.DispatchBudget().Drain
 	err = d.Run(ctx, func(ctx context.Context) error {
 		s, err := scheduler.New(ctx, cfg, scheduler.Deps{Logger: d.Logger, Registerer: d.Registry, Health: d.Health})
 		if err != nil {

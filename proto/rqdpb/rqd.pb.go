@@ -84,7 +84,8 @@ type RunFrame struct {
 	NumGpus    int32             `protobuf:"varint,23,opt,name=num_gpus,json=numGpus,proto3" json:"num_gpus,omitempty"`
 	// Filled by RQDs only.
 	Children *reportpb.ChildrenProcStats `protobuf:"bytes,24,opt,name=children,proto3" json:"children,omitempty"`
-	// Operating system string of the host, as stored for the host.
+	// The frame's operating system: the job's str_os ("" for any).
+	// Docker-mode RQDs pick the container image by this exact key.
 	Os string `protobuf:"bytes,25,opt,name=os,proto3" json:"os,omitempty"`
 	// Memory limits in KB (soft: reserved memory x 1.6, hard: x 2.0 by
 	// default in the dispatcher).

@@ -70,7 +70,11 @@
 //
 // Work after the commit (launch, compensation, rollbacks) runs on a context
 // detached from the caller's, so a shutdown never leaves a committed but
-// unlaunched frame behind. A COMMIT that fails ambiguously (connection lost)
+// unlaunched frame behind. The launches have their own deadline
+// (Config.LaunchTimeout) and the compensations theirs
+// (Config.CompensateTimeout), started after the launches returned; the
+// scheduler derives both, and its drain, from the configured timeouts
+// (config.DispatchBudget). A COMMIT that fails ambiguously (connection lost)
 // is resolved by looking for the procs on a fresh connection.
 package dispatch
 
@@ -134,9 +138,16 @@ type Config struct {
 	SoftLimit, HardLimit float64
 	// DryRun books in Postgres and Redis but does not call RQD.
 	DryRun bool
-	// PostCommitTimeout bounds launch and compensation after the commit
-	// (default 60 s).
-	PostCommitTimeout time.Duration
+	// LaunchTimeout bounds the LaunchFrame calls of a batch after the
+	// commit (default 60 s; the scheduler derives it from
+	// rqd.request_timeout, config.DispatchBudget).
+	LaunchTimeout time.Duration
+	// CompensateTimeout is the separate deadline of a batch's
+	// compensations (and of ending a reservation its owner booked),
+	// started when the launches have returned (default
+	// config.CompensateBudget, 20 s). A launch that used its whole budget
+	// therefore still has its booking undone.
+	CompensateTimeout time.Duration
 	// Schema adapts the booking statement to the database (nil: a database
 	// at Cuebot V47 or later).
 	Schema *jobs.Schema
@@ -182,8 +193,11 @@ func New(pool *pgxpool.Pool, acct Accounting, rqd Launcher, cfg Config, o Option
 	if cfg.CoreUnit <= 0 {
 		cfg.CoreUnit = 100
 	}
-	if cfg.PostCommitTimeout <= 0 {
-		cfg.PostCommitTimeout = time.Minute
+	if cfg.LaunchTimeout <= 0 {
+		cfg.LaunchTimeout = time.Minute
+	}
+	if cfg.CompensateTimeout <= 0 {
+		cfg.CompensateTimeout = 20 * time.Second
 	}
 	if cfg.BookTimeout <= 0 {
 		cfg.BookTimeout = 30 * time.Second
@@ -451,11 +465,17 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 	}
 	out.Host = hostAfter
 
-	// 5. Launch (or not, in dry run), compensating failures.
-	post, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.PostCommitTimeout)
-	defer cancel()
-	failed := d.launch(post, l, h, launched)
+	// 5. Launch (or not, in dry run), compensating failures. The launches
+	// and what follows them have separate deadlines: a launch that used
+	// its whole budget must not leave its compensation an expired context
+	// (the frame would stay RUNNING with a proc and booked cores, never
+	// started).
+	lctx, cancelLaunch := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.LaunchTimeout)
+	failed := d.launch(lctx, l, h, launched)
+	cancelLaunch()
 	now := time.Now()
+	post, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.CompensateTimeout)
+	defer cancel()
 	owner := false
 	for i, p := range launched {
 		if failed[i] != nil {
@@ -525,7 +545,7 @@ func (d *Dispatcher) launch(ctx context.Context, l *jobs.Layer, h Host, ps []pla
 	now := time.Now()
 	var wg sync.WaitGroup
 	for i, p := range ps {
-		rf := d.limits.Build(runframe.Params{ProcID: p.proc, Layer: l, Frame: p.frame, Res: p.res, HostOS: h.OS, Now: now})
+		rf := d.limits.Build(runframe.Params{ProcID: p.proc, Layer: l, Frame: p.frame, Res: p.res, Now: now})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

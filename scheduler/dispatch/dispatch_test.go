@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/cuesched/cuesched/proto/rqdpb"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/dispatch"
 	"github.com/cuesched/cuesched/scheduler/jobs"
@@ -249,7 +250,7 @@ func TestDispatchBooksAndLaunches(t *testing.T) {
 		if launch.Host != host.Name || !launch.Started || !procs[rf.ResourceId] {
 			t.Fatalf("launch %+v", launch)
 		}
-		if rf.NumCores != 100 || rf.GetUid() != int32(uid) || rf.Os != "rocky9" || rf.SoftMemoryLimit != 2*farmseed.GB*16/10 ||
+		if rf.NumCores != 100 || rf.GetUid() != int32(uid) || rf.Os != "" /* the job has no OS: Cuebot sends "", not the host's */ || rf.SoftMemoryLimit != 2*farmseed.GB*16/10 ||
 			rf.HardMemoryLimit != 4*farmseed.GB || rf.Environment["FOO"] != "bar" || rf.Environment["CUE_THREADABLE"] != "0" {
 			t.Fatalf("run frame %v", rf)
 		}
@@ -577,4 +578,68 @@ func TestDispatchJobPausedOrKilledBeforeTheClaim(t *testing.T) {
 		t.Fatalf("after resuming: %+v", res)
 	}
 	h.checkBooked(3)
+}
+
+// blockingLauncher is an RQD that never answers a launch: LaunchFrame
+// returns only when its deadline passes. Kills answer at once.
+type blockingLauncher struct {
+	mu       sync.Mutex
+	launches int
+	kills    []string
+}
+
+func (b *blockingLauncher) LaunchFrame(ctx context.Context, host string, rf *rqdpb.RunFrame) error {
+	b.mu.Lock()
+	b.launches++
+	b.mu.Unlock()
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (b *blockingLauncher) KillRunningFrame(ctx context.Context, host, frameID, reason string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.kills = append(b.kills, frameID)
+	return ctx.Err()
+}
+
+// TestLaunchUsingItsWholeBudgetIsCompensated: launches that block until
+// the launch deadline still have their bookings undone, because the
+// compensation has its own deadline (it used to share the launch's and
+// started with an expired context: dispatched=0 launchFailed=2 but the
+// frames stayed RUNNING with their procs and booked cores).
+func TestLaunchUsingItsWholeBudgetIsCompensated(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	bl := &blockingLauncher{}
+	d := dispatch.New(h.pool, h.pub, bl, dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144,
+		StrandedMemKB: 2 * farmseed.GB, SoftLimit: 1.6, HardLimit: 2,
+		LaunchTimeout: 300 * time.Millisecond, CompensateTimeout: testenv.Patience(20 * time.Second)},
+		dispatch.Options{Registerer: prometheus.NewRegistry()})
+	host := h.host(farmseed.HostSpec{Cores: 8, MemKB: 32 * farmseed.GB})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 2, NotThreadable: true, MemKB: 2 * farmseed.GB}}})
+	l := h.layers(j)[0]
+
+	res := d.Dispatch(context.Background(), l, l.Frames, host)
+	if len(res.Dispatched) != 0 || len(res.LaunchFailed) != 2 {
+		t.Fatalf("dispatched=%d launchFailed=%d, want 0 and 2 (%+v)", len(res.Dispatched), len(res.LaunchFailed), res)
+	}
+	if n := h.count(`SELECT count(*) FROM frame WHERE pk_layer = $1 AND str_state = 'WAITING'`, l.ID); n != 2 {
+		t.Errorf("%d frames WAITING after the compensation, want 2", n)
+	}
+	if n := h.count(`SELECT count(*) FROM proc WHERE pk_layer = $1`, l.ID); n != 0 {
+		t.Errorf("%d procs left, want 0", n)
+	}
+	if n := h.count(`SELECT int_cores_idle FROM host WHERE pk_host = $1`, host.ID); n != 800 {
+		t.Errorf("host idle cores = %d, want 800 (given back)", n)
+	}
+	if res.Host.IdleCores != 800 {
+		t.Errorf("result host idle cores = %d, want 800", res.Host.IdleCores)
+	}
+	h.checkBooked(0)
+	bl.mu.Lock()
+	defer bl.mu.Unlock()
+	if bl.launches != 2 || len(bl.kills) != 2 {
+		t.Errorf("launches %d kills %d, want 2 and 2", bl.launches, len(bl.kills))
+	}
 }

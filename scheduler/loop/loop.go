@@ -97,6 +97,10 @@ type Config struct {
 	LotterySeed int64
 	// Schema adapts the job query to the database (nil: current).
 	Schema *jobs.Schema
+	// PassTimeout bounds one pass (queue.pass_timeout, 2 m): a pass stuck
+	// on the database ends (reason timeout) and its worker moves on.
+	// Work after a batch's commit runs on its own deadlines (dispatch).
+	PassTimeout time.Duration
 }
 
 // Options are the pipeline's dependencies.
@@ -150,6 +154,9 @@ func New(db jobs.DB, feed *clusters.Feed, worker Worker, cfg Config, o Options) 
 	}
 	if cfg.SaturatedSleep <= 0 {
 		cfg.SaturatedSleep = 5 * time.Second
+	}
+	if cfg.PassTimeout <= 0 {
+		cfg.PassTimeout = 2 * time.Minute
 	}
 	if cfg.NotSeededSleep <= 0 {
 		cfg.NotSeededSleep = 250 * time.Millisecond
@@ -274,6 +281,9 @@ const (
 	AllocFull  Reason = "alloc_full"
 	NotSeeded  Reason = "not_seeded"
 	Cancelled  Reason = "cancelled"
+	// TimedOut: the pass reached queue.pass_timeout (a query or a lock
+	// wait that did not end); the cluster sleeps the saturated sleep.
+	TimedOut Reason = "timeout"
 )
 
 // PassResult reports one pass.
@@ -290,7 +300,16 @@ type PassResult struct {
 
 // Pass works one cluster once.
 func (p *Loop) Pass(ctx context.Context, c *clusters.Cluster) PassResult {
-	r := p.pass(ctx, c)
+	pctx, cancel := context.WithTimeout(ctx, p.cfg.PassTimeout)
+	r := p.pass(pctx, c)
+	cancel()
+	if ctx.Err() == nil && errors.Is(pctx.Err(), context.DeadlineExceeded) {
+		p.log.Warn("pass reached its deadline (queue.pass_timeout): a query or lock wait did not end; moving on",
+			"cluster", c.Key(), "timeout", p.cfg.PassTimeout, "dispatched", r.Dispatched)
+		if r.Dispatched == 0 {
+			r = PassResult{Jobs: r.Jobs, Reason: TimedOut, Sleep: p.cfg.SaturatedSleep, Wake: r.Wake}
+		}
+	}
 	p.m.passes.WithLabelValues(string(r.Reason)).Inc()
 	p.m.perPass.WithLabelValues(c.Type().Label()).Observe(float64(r.Dispatched))
 	return r

@@ -27,7 +27,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scheduler_pass_terminated_reason_total",
-			Help: "Cluster passes by how they ended (booked, saturated, no_jobs, capped, query_error, alloc_full, not_seeded, cancelled).",
+			Help: "Cluster passes by how they ended (booked, saturated, no_jobs, capped, query_error, alloc_full, not_seeded, cancelled, timeout).",
 		}, []string{"reason"}),
 		perPass: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "scheduler_frames_dispatched_per_pass",

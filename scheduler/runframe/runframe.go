@@ -6,8 +6,17 @@
 //   - num_cores is the reservation in centicores, always a multiple of 100;
 //     soft/hard memory limits are the reserved memory in KB times the
 //     configured factors (1.6 / 2.0), truncated as Cuebot does.
+//   - os is the job's OS (job.str_os, "" when NULL), as Cuebot sends
+//     proc.os, which it copies from the dispatch frame's job.str_os. It is
+//     never the host's advertised list (host_stat.str_os, "centos7,rocky9"):
+//     a Docker-mode RQD picks its container image by this exact key and
+//     fails the frame (InvalidFrameOsError) for a key it has no image for.
 //   - uid is sent only when the job has a positive uid: RQDs refuse a
 //     present uid <= 0, and an absent uid means "RQD's default user".
+//     Deliberate difference: Cuebot sends any non-NULL int_uid, 0 included,
+//     which such an RQD refuses; here 0 and negatives are omitted.
+//   - ignore_nimby is false: Cuebot sets it only for its local (desktop)
+//     dispatch, which cuesched does not do.
 //   - The command has its #TOKENS# replaced in Cuebot's order; the
 //     environment is the job env overlaid by the layer env, then the CUE_*
 //     variables (which win over user values).
@@ -43,7 +52,6 @@ type Params struct {
 	Layer  *jobs.Layer
 	Frame  jobs.Frame
 	Res    sizing.Reservation
-	HostOS string
 	Now    time.Time
 }
 
@@ -138,7 +146,7 @@ func (lim Limits) Build(p Params) *rqdpb.RunFrame {
 		NumCores:        int32(p.Res.Cores),
 		NumGpus:         int32(p.Res.GPUs),
 		Environment:     env,
-		Os:              p.HostOS,
+		Os:              l.OS,
 		SoftMemoryLimit: int64(float64(p.Res.MemKB) * lim.Soft),
 		HardMemoryLimit: int64(float64(p.Res.MemKB) * lim.Hard),
 		LokiUrl:         l.LokiURL,

@@ -13,7 +13,7 @@ import (
 func layer() *jobs.Layer {
 	return &jobs.Layer{
 		ID: uuid.NewString(), Name: "test_layer", JobID: uuid.NewString(), JobName: "test_job",
-		ShowName: "show", Shot: "sh010", User: "artist", LogDir: "/logs/test_job",
+		ShowName: "show", Shot: "sh010", User: "artist", LogDir: "/logs/test_job", OS: "rocky9",
 		Command: "render #ZFRAME# #IFRAME# #FRAME_START# #FRAME_END# #FRAME_CHUNK# #LAYER# #JOB# #FRAMESPEC# #FRAME#",
 		Range:   "1-10", ChunkSize: 3, Threadable: true,
 		Env: map[string]string{"USER_VAR": "x", "CUE_THREADS": "999"},
@@ -26,7 +26,7 @@ func TestBuild(t *testing.T) {
 	res := sizing.Reservation{Cores: 400, MemKB: 1000, GPUs: 1, GPUMemKB: 50}
 	now := time.UnixMilli(1_700_000_000_123)
 	proc := uuid.NewString()
-	rf := Limits{Soft: 1.6, Hard: 2.0}.Build(Params{ProcID: proc, Layer: l, Frame: f, Res: res, HostOS: "rocky9", Now: now})
+	rf := Limits{Soft: 1.6, Hard: 2.0}.Build(Params{ProcID: proc, Layer: l, Frame: f, Res: res, Now: now})
 
 	if want := "render 0005 5 5 7 3 test_layer test_job 5-7 0005-test_layer"; rf.Command != want {
 		t.Errorf("command = %q, want %q", rf.Command, want)

@@ -12,6 +12,7 @@
 package config
 
 import (
+	"strconv"
 	"time"
 )
 
@@ -36,6 +37,25 @@ type Database struct {
 	PoolSize int `yaml:"pool_size"`
 	// ConnectTimeout bounds each connection attempt.
 	ConnectTimeout Duration `yaml:"connect_timeout"`
+	// StatementTimeout and LockTimeout are set on every connection of the
+	// scheduler's pool (PostgreSQL statement_timeout and lock_timeout; 0
+	// leaves the server's setting): a query waiting on a lock or on a
+	// black-holed connection fails instead of hanging a worker.
+	StatementTimeout Duration `yaml:"statement_timeout"`
+	LockTimeout      Duration `yaml:"lock_timeout"`
+}
+
+// SessionParams are the run-time parameters the scheduler's pool sets on
+// its connections (milliseconds, as PostgreSQL reads a bare number).
+func (d Database) SessionParams() map[string]string {
+	out := map[string]string{}
+	if t := d.StatementTimeout.D(); t > 0 {
+		out["statement_timeout"] = strconv.FormatInt(max(t.Milliseconds(), 1), 10)
+	}
+	if t := d.LockTimeout.D(); t > 0 {
+		out["lock_timeout"] = strconv.FormatInt(max(t.Milliseconds(), 1), 10)
+	}
+	return out
 }
 
 // Accounting is the Redis accounting store and its loops.
@@ -121,11 +141,15 @@ type Queue struct {
 	// DispatchFramesPerJobLimit caps the frames one job books in one pass,
 	// over all its layers, so a job's share of a pass does not grow with
 	// its layer count (0: no cap, round 1).
-	DispatchFramesPerJobLimit     int             `yaml:"dispatch_frames_per_job_limit"`
-	CoreMultiplier                int             `yaml:"core_multiplier"`
-	MemoryStrandedThreshold       Size            `yaml:"memory_stranded_threshold"`
-	ClusterEmptySleep             Duration        `yaml:"cluster_empty_sleep"`
-	ClusterSaturatedSleep         Duration        `yaml:"cluster_saturated_sleep"`
+	DispatchFramesPerJobLimit int      `yaml:"dispatch_frames_per_job_limit"`
+	CoreMultiplier            int      `yaml:"core_multiplier"`
+	MemoryStrandedThreshold   Size     `yaml:"memory_stranded_threshold"`
+	ClusterEmptySleep         Duration `yaml:"cluster_empty_sleep"`
+	ClusterSaturatedSleep     Duration `yaml:"cluster_saturated_sleep"`
+	// PassTimeout bounds one pass of a cluster (its job query, its jobs'
+	// layer queries and batches): a pass stuck on the database ends, and
+	// its worker takes the next cluster.
+	PassTimeout                   Duration        `yaml:"pass_timeout"`
 	ClusterReloadInterval         Duration        `yaml:"cluster_reload_interval"`
 	ActiveScanInterval            Duration        `yaml:"active_scan_interval"`
 	Stream                        Stream          `yaml:"stream"`
@@ -277,9 +301,11 @@ type Metrics struct {
 func Default() Config {
 	return Config{
 		Database: Database{
-			URL:            "postgres://cuebot@localhost:5432/cuebot?sslmode=disable",
-			PoolSize:       20,
-			ConnectTimeout: Duration(10 * time.Second),
+			URL:              "postgres://cuebot@localhost:5432/cuebot?sslmode=disable",
+			PoolSize:         20,
+			ConnectTimeout:   Duration(10 * time.Second),
+			StatementTimeout: Duration(30 * time.Second),
+			LockTimeout:      Duration(10 * time.Second),
 		},
 		Accounting: Accounting{
 			RedisURL:            "redis://localhost:6379/0",
@@ -297,6 +323,7 @@ func Default() Config {
 			MemoryStrandedThreshold:       2 * GiB,
 			ClusterEmptySleep:             Duration(30 * time.Second),
 			ClusterSaturatedSleep:         Duration(5 * time.Second),
+			PassTimeout:                   Duration(2 * time.Minute),
 			ClusterReloadInterval:         Duration(120 * time.Second),
 			ActiveScanInterval:            Duration(2 * time.Second),
 			Stream:                        Stream{ClusterBufferSize: 3, JobBufferSize: 3},

@@ -136,6 +136,10 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 			[]string{`key "queue.locality.tolerance"`}},
 		{"spread fraction", "queue:\n  layer_spread:\n    max_host_fraction: 0\n", nil,
 			[]string{`key "queue.layer_spread.max_host_fraction"`}},
+		{"request timeout past Cuebot's orphan check", "rqd:\n  request_timeout: 3m\n", nil,
+			[]string{"cuesched.yaml", `key "rqd.request_timeout"`, "cannot be honoured", "orphaned-proc", "5m0s"}},
+		{"grace past Cuebot's orphan check", "accounting:\n  in_flight_grace: 8m\n", nil,
+			[]string{"cuesched.yaml", `key "accounting.in_flight_grace"`, "cannot be honoured"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -199,5 +203,38 @@ func TestParseSize(t *testing.T) {
 		if _, err := ParseSize(in); err == nil {
 			t.Errorf("ParseSize(%q) accepted", in)
 		}
+	}
+}
+
+// TestDispatchBudget: the post-commit deadlines and the drain follow the
+// configured timeouts instead of fixed 60 s / 30 s values.
+func TestDispatchBudget(t *testing.T) {
+	c := Default()
+	b := c.DispatchBudget()
+	req := c.RQD.RequestTimeout.D()
+	if b.Launch != 2*req || b.Compensate != CompensateBudget || b.PostCommit != b.Launch+b.Compensate {
+		t.Errorf("budget %+v for request_timeout %s", b, req)
+	}
+	if b.Drain < CommitResolveBudget+b.PostCommit {
+		t.Errorf("drain %s shorter than a batch's commit and post-commit work %s", b.Drain, CommitResolveBudget+b.PostCommit)
+	}
+	if b.ProcLifetime >= CuebotOrphanedProcInterval {
+		t.Errorf("defaults cannot be honoured: %+v", b)
+	}
+	c.RQD.RequestTimeout = Duration(100 * time.Second)
+	b2 := c.DispatchBudget()
+	if b2.Launch != 200*time.Second || b2.Drain-b.Drain != 2*(100*time.Second-req) {
+		t.Errorf("budget does not follow rqd.request_timeout: %+v then %+v", b, b2)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("100s request timeout fits: %v", err)
+	}
+	c.RQD.RequestTimeout = Duration(140 * time.Second)
+	if err := c.Validate(); err == nil {
+		t.Errorf("140s request timeout: a proc may live %s, past Cuebot's orphan check", c.DispatchBudget().ProcLifetime)
+	}
+	c.RQD.DryRun = true
+	if err := c.Validate(); err != nil || c.DispatchBudget().Launch != 0 {
+		t.Errorf("dry run launches nothing: %v %+v", err, c.DispatchBudget())
 	}
 }

@@ -252,6 +252,7 @@ func (c Config) Validate() error {
 		"accounting.leader_poll_interval":     c.Accounting.LeaderPollInterval,
 		"queue.cluster_reload_interval":       c.Queue.ClusterReloadInterval,
 		"queue.active_scan_interval":          c.Queue.ActiveScanInterval,
+		"queue.pass_timeout":                  c.Queue.PassTimeout,
 		"host_cache.group_idle_timeout":       c.HostCache.GroupIdleTimeout,
 		"rqd.connect_timeout":                 c.RQD.ConnectTimeout,
 		"rqd.request_timeout":                 c.RQD.RequestTimeout,
@@ -263,6 +264,12 @@ func (c Config) Validate() error {
 		if positive[k] <= 0 {
 			return bad(k, "must be a positive duration")
 		}
+	}
+	if c.Database.StatementTimeout < 0 {
+		return bad("database.statement_timeout", "must not be negative (0 keeps the server's setting)")
+	}
+	if c.Database.LockTimeout < 0 {
+		return bad("database.lock_timeout", "must not be negative (0 keeps the server's setting)")
 	}
 	if g := c.Accounting.InFlightGrace; g < Duration(4*time.Second) {
 		return bad("accounting.in_flight_grace", "must be at least 4s (a dispatcher gets half of it to commit a booking)")
@@ -355,7 +362,7 @@ func (c Config) Validate() error {
 	if len(c.Sidecar.Publications) == 0 {
 		return bad("sidecar.publications", "must name at least one publication")
 	}
-	return nil
+	return c.checkDispatchBudget()
 }
 
 func sortedDurKeys(m map[string]Duration) []string {
