@@ -121,11 +121,16 @@ type Queue struct {
 	// DispatchFramesPerJobLimit caps the frames one job books in one pass,
 	// over all its layers, so a job's share of a pass does not grow with
 	// its layer count (0: no cap, round 1).
-	DispatchFramesPerJobLimit     int             `yaml:"dispatch_frames_per_job_limit"`
-	CoreMultiplier                int             `yaml:"core_multiplier"`
-	MemoryStrandedThreshold       Size            `yaml:"memory_stranded_threshold"`
-	ClusterEmptySleep             Duration        `yaml:"cluster_empty_sleep"`
-	ClusterSaturatedSleep         Duration        `yaml:"cluster_saturated_sleep"`
+	DispatchFramesPerJobLimit int      `yaml:"dispatch_frames_per_job_limit"`
+	CoreMultiplier            int      `yaml:"core_multiplier"`
+	MemoryStrandedThreshold   Size     `yaml:"memory_stranded_threshold"`
+	ClusterEmptySleep         Duration `yaml:"cluster_empty_sleep"`
+	ClusterSaturatedSleep     Duration `yaml:"cluster_saturated_sleep"`
+	// ClusterErrorBackoffMin and Max bound the retry of a cluster whose
+	// pass failed on a database, Redis or host-cache error (doubling per
+	// consecutive failure, with jitter): an error is not an empty cluster.
+	ClusterErrorBackoffMin        Duration        `yaml:"cluster_error_backoff_min"`
+	ClusterErrorBackoffMax        Duration        `yaml:"cluster_error_backoff_max"`
 	ClusterReloadInterval         Duration        `yaml:"cluster_reload_interval"`
 	ActiveScanInterval            Duration        `yaml:"active_scan_interval"`
 	Stream                        Stream          `yaml:"stream"`
@@ -297,6 +302,8 @@ func Default() Config {
 			MemoryStrandedThreshold:       2 * GiB,
 			ClusterEmptySleep:             Duration(30 * time.Second),
 			ClusterSaturatedSleep:         Duration(5 * time.Second),
+			ClusterErrorBackoffMin:        Duration(200 * time.Millisecond),
+			ClusterErrorBackoffMax:        Duration(2 * time.Second),
 			ClusterReloadInterval:         Duration(120 * time.Second),
 			ActiveScanInterval:            Duration(2 * time.Second),
 			Stream:                        Stream{ClusterBufferSize: 3, JobBufferSize: 3},
