@@ -47,6 +47,12 @@ type envOpts struct {
 	// NoCapSampling disables the cap checks of the sampler (tests that
 	// change caps while procs run); the sign checks remain.
 	NoCapSampling bool
+	// RedisOverCountOK skips the sampler's Redis cap check (Postgres' and
+	// the sign checks remain): a Redis rolled back to an older snapshot
+	// holds records of procs released since, which the re-bootstrap keeps
+	// for the in-flight grace, so its counters over-count (refusing
+	// bookings, never over-booking) until the recompute drops them.
+	RedisOverCountOK bool
 	// UnmanagedTouched: a show left to Cuebot at the start may be
 	// dispatched (a test flips it to the scheduler).
 	UnmanagedTouched bool

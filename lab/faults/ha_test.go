@@ -96,11 +96,14 @@ func copyFile(t *testing.T, from, to string) {
 // refused everywhere) and its leader re-bootstraps from Postgres. Checked:
 // detection within 1 s of the restart (measured by polling the
 // scheduler's scheduler_accounting_rollbacks_detected_total), then every
-// global invariant and a clean audit at the end.
+// global invariant and a clean audit at the end. Redis counters may read
+// above a cap after the rollback (records of procs released since the
+// snapshot, kept for the in-flight grace: an over-count, which refuses
+// bookings); Postgres, the truth, is checked at every sample.
 func TestFaultRedisOlderSnapshot(t *testing.T) {
 	t.Parallel()
 	eachRound(t, func(t *testing.T) {
-		e := newEnv(t, envOpts{Frames: pick(400, 800)})
+		e := newEnv(t, envOpts{Frames: pick(400, 800), RedisOverCountOK: true})
 		e.run()
 		e.waitProgress(0.1, 60*time.Second)
 		sched := e.schedulers[0]
