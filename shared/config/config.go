@@ -258,6 +258,11 @@ type Sidecar struct {
 	Publications []string `yaml:"publications"`
 	// CreateSlot creates the slot if it does not exist.
 	CreateSlot bool `yaml:"create_slot"`
+	// RecreateLostSlot re-creates the slot when it is missing or
+	// invalidated but Redis holds a sidecar checkpoint, which proves it
+	// existed (a failover promoted a standby that lacks it), and requests
+	// the re-bootstrap that covers the releases it never streamed.
+	RecreateLostSlot bool `yaml:"recreate_lost_slot"`
 	// MaxRetainedWAL warns loudly when the slot holds more WAL than this.
 	MaxRetainedWAL Size `yaml:"max_retained_wal"`
 	// StandbyRetry is how often a standby retries the busy slot.
@@ -352,10 +357,11 @@ func Default() Config {
 			RequestTimeout: Duration(30 * time.Second),
 		},
 		Sidecar: Sidecar{
-			SlotName:       "cuesched_sidecar",
-			Publications:   []string{"cuesched_accounting", "cuesched_proc"},
-			MaxRetainedWAL: 4 * GiB,
-			StandbyRetry:   Duration(time.Second),
+			SlotName:         "cuesched_sidecar",
+			Publications:     []string{"cuesched_accounting", "cuesched_proc"},
+			MaxRetainedWAL:   4 * GiB,
+			StandbyRetry:     Duration(time.Second),
+			RecreateLostSlot: true,
 		},
 		Logging: Logging{Level: "info", Format: "text"},
 		Metrics: Metrics{Listen: ":9090"},
