@@ -169,6 +169,9 @@ var limitsSrc string
 //go:embed resv_grant.lua
 var resvGrantSrc string
 
+//go:embed invalidate.lua
+var invalidateSrc string
+
 //go:embed resv_end.lua
 var resvEndSrc string
 
@@ -181,6 +184,10 @@ func ResvEnd() string { return resvEndSrc }
 
 // Book returns the source of the booking script (book.lua).
 func Book() string { return bookSrc }
+
+// Invalidate is invalidate.lua: close every show for booking and remove
+// acct:epoch when a scheduler finds the accounting state rolled back.
+func Invalidate() string { return invalidateSrc }
 
 // Release returns the source of the release / rollback script (release.lua).
 func Release() string { return releaseSrc }

@@ -48,7 +48,11 @@ type Publisher struct {
 	repair    *redis.Script
 	seed      *redis.Script
 	limits    *redis.Script
-	repairSeq atomic.Uint64
+	// invalidate closes every show when the state rolled back (lineage.go).
+	invalidate *redis.Script
+	repairSeq  atomic.Uint64
+	// seqHigh is the highest acct:seq seen acknowledged (lineage.go).
+	seqHigh atomic.Int64
 }
 
 // DefaultTombstoneTTL is Options.TombstoneTTL's default.
@@ -80,17 +84,18 @@ func New(client redis.UniversalClient, opts Options) (*Publisher, error) {
 		return nil, fmt.Errorf("publisher: register metrics: %w", err)
 	}
 	return &Publisher{
-		rdb:       client,
-		log:       opts.Logger.Named("publisher"),
-		m:         m,
-		tombTTL:   opts.TombstoneTTL,
-		chunk:     opts.ReleaseChunk,
-		book:      redis.NewScript(lua.Book()),
-		release:   redis.NewScript(lua.Release()),
-		reconcile: redis.NewScript(lua.Reconcile()),
-		repair:    redis.NewScript(lua.Repair()),
-		seed:      redis.NewScript(lua.Seed()),
-		limits:    redis.NewScript(lua.Limits()),
+		rdb:        client,
+		log:        opts.Logger.Named("publisher"),
+		m:          m,
+		tombTTL:    opts.TombstoneTTL,
+		chunk:      opts.ReleaseChunk,
+		book:       redis.NewScript(lua.Book()),
+		release:    redis.NewScript(lua.Release()),
+		reconcile:  redis.NewScript(lua.Reconcile()),
+		repair:     redis.NewScript(lua.Repair()),
+		seed:       redis.NewScript(lua.Seed()),
+		limits:     redis.NewScript(lua.Limits()),
+		invalidate: newInvalidateScript(),
 	}, nil
 }
 
@@ -265,6 +270,7 @@ func (p *Publisher) doBook(ctx context.Context, b Booking, mode string) (Result,
 		} else {
 			p.m.bookings.WithLabelValues("duplicate").Inc()
 		}
+		p.ObserveSeq(seq)
 		r := Result{Seq: seq, Duplicate: code == 2, Cores: cores}
 		if len(v) > 2 {
 			r.Reservation, _ = v[2].(string)

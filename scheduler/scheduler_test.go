@@ -8,13 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler"
 	"github.com/cuesched/cuesched/scheduler/clusters"
+	"github.com/cuesched/cuesched/scheduler/jobs"
 	"github.com/cuesched/cuesched/scheduler/loop"
+	"github.com/cuesched/cuesched/scheduler/matcher"
 	"github.com/cuesched/cuesched/shared/config"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
@@ -313,4 +316,101 @@ func TestNewSchedulerRefusesUnmigratedDatabase(t *testing.T) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
 	}
+}
+
+// flakyDB fails every query while down is set (a database restarting or
+// failing over under the scheduler).
+type flakyDB struct {
+	jobs.DB
+	down atomic.Bool
+}
+
+func (d *flakyDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if d.down.Load() {
+		return nil, errors.New("dial tcp: connection refused")
+	}
+	return d.DB.Query(ctx, sql, args...)
+}
+
+// failingWorker reports every job's layers as stopped on an error.
+type failingWorker struct{}
+
+func (failingWorker) ProcessInTurn(ctx context.Context, c *clusters.Cluster, j jobs.Job, turn matcher.Turn) (matcher.Outcome, error) {
+	if turn.Done != nil {
+		turn.Done()
+	}
+	return matcher.Outcome{Failed: true}, nil
+}
+
+// TestErrorIsNotAnEmptyCluster: a pass whose query or booking fails on an
+// error (a database restart, a failover) retries the cluster after a short
+// jittered backoff that doubles per consecutive failure up to its cap,
+// never after cluster_empty_sleep, and counts it; the first pass that works
+// resets the backoff.
+func TestErrorIsNotAnEmptyCluster(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 1)
+	w.job(t, "j1", 2)
+	cfg := testConfig(w)
+	s := w.scheduler(t, cfg, scheduler.Deps{NoAccounting: true})
+	c := allocCluster(w)
+	ctx := context.Background()
+	db := &flakyDB{DB: w.pool}
+	reg := prometheus.NewRegistry()
+	const lo, hi = 100 * time.Millisecond, 800 * time.Millisecond
+	p := loop.New(db, s.Feed, s.Matcher, loop.Config{EmptySleep: time.Hour, SaturatedSleep: time.Minute,
+		ErrorBackoffMin: lo, ErrorBackoffMax: hi}, loop.Options{Registerer: reg})
+
+	db.down.Store(true)
+	want := lo
+	for i := 1; i <= 6; i++ {
+		r := p.Pass(ctx, c)
+		if r.Reason != loop.QueryError || r.Sleep < want/2 || r.Sleep > want {
+			t.Fatalf("failed pass %d = %+v, want query_error sleeping in [%v, %v]", i, r, want/2, want)
+		}
+		want = min(want*2, hi)
+	}
+	if n := counterValue(t, reg, "scheduler_pass_errors_total", "job_query"); n != 6 {
+		t.Fatalf("scheduler_pass_errors_total{stage=job_query} = %v, want 6", n)
+	}
+	db.down.Store(false)
+	if r := p.Pass(ctx, c); r.Reason != loop.Booked || r.Dispatched != 2 {
+		t.Fatalf("pass after the database came back = %+v, want 2 booked", r)
+	}
+	db.down.Store(true)
+	if r := p.Pass(ctx, c); r.Reason != loop.QueryError || r.Sleep > lo {
+		t.Fatalf("first failure after a good pass = %+v, want the backoff reset to <= %v", r, lo)
+	}
+
+	// Jobs found, but every layer stopped on an error: "failed", the
+	// error backoff, not the saturated sleep.
+	w.job(t, "j2", 2)
+	db.down.Store(false)
+	pf := loop.New(db, s.Feed, failingWorker{}, loop.Config{EmptySleep: time.Hour, SaturatedSleep: time.Minute,
+		ErrorBackoffMin: lo, ErrorBackoffMax: hi}, loop.Options{Registerer: prometheus.NewRegistry()})
+	if r := pf.Pass(ctx, c); r.Reason != loop.Failed || r.Sleep > lo || r.Sleep < lo/2 {
+		t.Fatalf("pass whose bookings failed = %+v, want failed with a backoff in [%v, %v]", r, lo/2, lo)
+	}
+}
+
+func counterValue(t *testing.T, g prometheus.Gatherer, name, stage string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "stage" && l.GetValue() == stage {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{stage=%q}", name, stage)
+	return 0
 }

@@ -97,9 +97,12 @@
 //
 // It is seeded consistently with the stream position:
 //
-//   - When the sidecar creates the slot (Config.CreateSlot), the slot's own
-//     exported snapshot seeds it (Consumer.Snapshot), exactly at the
-//     consistent point.
+//   - When the sidecar creates the slot (Config.CreateSlot, or
+//     Config.RecreateLostSlot when the slot vanished while Redis holds a
+//     sidecar checkpoint: a failover to a promoted standby that lacks it),
+//     the slot's own exported snapshot seeds it (Consumer.Snapshot), exactly
+//     at the consistent point, and a re-bootstrap of the Redis accounting is
+//     requested for whatever no slot streamed before that point.
 //   - The set is then persisted in Redis next to the checkpoint
 //     (acct:sidecar:shows: the LSN it is valid at and the managed show ids),
 //     written after the release batch of every transaction that flips a show

@@ -17,6 +17,7 @@ type sidecarMetrics struct {
 	capWrites       *prometheus.CounterVec
 	flips           prometheus.Counter
 	rebootstraps    *prometheus.CounterVec
+	slotRecreated   prometheus.Counter
 	redisErrors     prometheus.Counter
 	truncates       prometheus.Counter
 	active          prometheus.Gauge
@@ -71,6 +72,10 @@ func newMetrics(reg prometheus.Registerer) (*sidecarMetrics, error) {
 			Name: "sidecar_rebootstrap_requests_total",
 			Help: "Re-bootstraps of the Redis accounting requested (acct:epoch deleted), by reason.",
 		}, []string{"reason"}),
+		slotRecreated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sidecar_slot_recreated_total",
+			Help: "Times the slot was missing or invalidated while Redis held a sidecar checkpoint (it existed: a failover to a promoted standby) and the sidecar re-created it (sidecar.recreate_lost_slot); each requests a re-bootstrap.",
+		}),
 		redisErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sidecar_redis_errors_total",
 			Help: "Redis calls that failed and were retried (nothing is acknowledged meanwhile).",
@@ -139,7 +144,7 @@ func newMetrics(reg prometheus.Registerer) (*sidecarMetrics, error) {
 		m.releases, m.transactions, m.commitToRedis, m.commitQuantile, m.mismatches, m.capWrites, m.flips,
 		m.rebootstraps, m.redisErrors, m.truncates, m.active, m.standby, m.lagBytes, m.lagSeconds,
 		m.retainedBytes, m.retainedOver, m.retainedLimit, m.checkpointLSN, m.managedShows,
-		m.badRows, m.slotPollErrors, m.slotExists, m.checkpointFlush,
+		m.badRows, m.slotPollErrors, m.slotExists, m.checkpointFlush, m.slotRecreated,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

@@ -34,6 +34,14 @@ type Config struct {
 	// CreateSlot creates the slot (with a snapshot that seeds the sidecar)
 	// when it is missing; otherwise a missing slot stops Run.
 	CreateSlot bool
+	// RecreateLostSlot creates the slot when it is missing (or was
+	// invalidated) and Redis holds a sidecar checkpoint: the slot existed
+	// and was lost, typically in a failover to a promoted standby (before
+	// PostgreSQL 17's failover slots, logical slots are not on standbys).
+	// The new slot's snapshot requests the re-bootstrap that covers what
+	// the lost slot never streamed. Without a checkpoint (a first start, a
+	// mistyped slot name, an emptied Redis) it still takes CreateSlot.
+	RecreateLostSlot bool
 	// MaxRetainedWAL (bytes) makes the sidecar WARN loudly and set
 	// sidecar_slot_retained_wal_exceeded when the slot retains more WAL.
 	// 0 disables the check.
@@ -149,6 +157,7 @@ func New(cfg Config, rdb redis.UniversalClient) (*Sidecar, error) {
 		Slot:            cfg.SlotName,
 		Kind:            replication.PermanentSlot,
 		CreateSlot:      cfg.CreateSlot,
+		MayCreate:       s.mayRecreate,
 		Publications:    cfg.Publications,
 		ExplicitAck:     true,
 		StatusInterval:  cfg.StatusInterval,
@@ -220,7 +229,36 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return nil
 	}
+	if errors.Is(err, replication.ErrSlotMissing) || errors.Is(err, replication.ErrSlotLost) {
+		return fmt.Errorf("%w\n  the slot is gone and Redis holds no sidecar checkpoint that proves it existed%s.\n"+
+			"  Operator step (after a database failover, or the first start): run this sidecar once with --create-slot;\n"+
+			"  it creates the slot and the scheduler re-bootstraps the Redis accounting from Postgres", err, s.recreateHint())
+	}
 	return err
+}
+
+// mayRecreate is the stream's MayCreate: a missing or invalidated slot is
+// re-created when Redis holds a sidecar checkpoint (the slot existed).
+func (s *Sidecar) mayRecreate(ctx context.Context) (bool, string, error) {
+	if !s.cfg.RecreateLostSlot {
+		return false, "", nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	lsn, ok, err := s.c.pub.Checkpoint(cctx)
+	if err != nil || !ok {
+		return false, "", err
+	}
+	s.m.slotRecreated.Inc()
+	return true, fmt.Sprintf("Redis holds sidecar checkpoint %s, so the slot existed and was lost (a failover to a standby without it, or a dropped or invalidated slot); "+
+		"the new slot's snapshot requests a re-bootstrap of the Redis accounting from Postgres", LSN(lsn)), nil
+}
+
+func (s *Sidecar) recreateHint() string {
+	if !s.cfg.RecreateLostSlot {
+		return " (sidecar.recreate_lost_slot is false)"
+	}
+	return ""
 }
 
 // Status reports the sidecar's state.

@@ -310,6 +310,60 @@ func TestMissingSlotIsAnError(t *testing.T) {
 	}
 }
 
+// TestLostSlotIsRecreated: the slot disappears under a sidecar that had
+// streamed it (a failover promoted a standby, which has no logical slot
+// before PostgreSQL 17's failover slots; here the slot is dropped, which
+// is what the promoted server looks like to the sidecar). Redis holds the
+// sidecar checkpoint, which proves the slot existed, so a sidecar started
+// without --create-slot re-creates it and requests the re-bootstrap that
+// covers the releases the lost slot never streamed, instead of exiting
+// for good. With recreate_lost_slot off it stops and names the operator
+// step.
+func TestLostSlotIsRecreated(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	ip := h.start(true)
+	ip.waitActive(t, 20*time.Second)
+	h.book(h.a, 3)
+	h.waitCheckpoint(h.walNow(), 20*time.Second)
+	ip.stop(t)
+	// The stopped sidecar's walsender goes away a moment later.
+	deadline := time.Now().Add(testenv.Patience(10 * time.Second))
+	for {
+		_, err := h.pool.Exec(h.ctx, `SELECT pg_drop_replication_slot($1)`, h.slot)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	off, err := sidecar.New(childConfig(h.dbURL, h.slot, false, nil, nil), h.rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(h.ctx, testenv.Patience(20*time.Second))
+	defer cancel()
+	err = off.Run(ctx)
+	if !errors.Is(err, replication.ErrSlotMissing) || !strings.Contains(err.Error(), "--create-slot") ||
+		!strings.Contains(err.Error(), "recreate_lost_slot is false") {
+		t.Fatalf("Run without recreate_lost_slot = %v, want ErrSlotMissing naming --create-slot and the setting", err)
+	}
+
+	again := h.start(false, func(c *sidecar.Config) { c.RecreateLostSlot = true })
+	again.waitActive(t, 20*time.Second)
+	again.waitMetric(t, "sidecar_slot_recreated_total", nil, 1)
+	if !strings.Contains(again.logs.String(), "requested a re-bootstrap") {
+		t.Errorf("no re-bootstrap requested after re-creating the slot; log:\n%s", again.logs.String())
+	}
+	// Releases stream again through the new slot.
+	ps := h.book(h.b, 2)
+	h.del(ps...)
+	h.waitCheckpoint(h.walNow(), 20*time.Second)
+}
+
 // TestIgnoresSameNamedTablesInAnotherSchema: tables named like Cuebot's in
 // another schema (shadow.proc, shadow.show, shadow.subscription, ...) added
 // to the sidecar's publications and written with copies of the real rows

@@ -44,7 +44,11 @@ frame "runs" for --run-time, then ends with exit status 0.
 --complete reports each finished frame back through Cuebot's tables the way
 Cuebot does on a FrameCompleteReport (frame SUCCEEDED, usage counters, proc
 DELETE, host idle resources given back): the scheduler's sidecar sees the
-DELETE and releases the booking in Redis. Database: --database-url, else
+DELETE and releases the booking in Redis. A report the database refuses (a
+restart, a failover) is retried, as RQD retries its completion reports,
+with a backoff from 100ms doubling to 5s, until it is accepted; at a stop
+the reports still pending get 30s more, then they are dropped (logged: the
+frame stays RUNNING until Cuebot's orphan check clears it). Database: --database-url, else
 $CUESCHED_DATABASE_URL, else the database.url of --config FILE (the
 scheduler's file will do). Without --complete nothing is written: finished
 frames stay RUNNING in the database with their procs.
@@ -113,7 +117,7 @@ func runFakeRQD(ctx context.Context, c *cli.Env, args []string) int {
 		})
 		emu = cuebotemu.New(pool, d.Logger)
 	}
-	f := &fakeFarm{o: o, log: d.Logger, emu: emu}
+	f := &fakeFarm{o: o, log: d.Logger, emu: emu, stopping: make(chan struct{})}
 	f.register(d.Registry)
 	if err := d.Run(ctx, f.run); err != nil {
 		d.Logger.Error("fake RQD stopped", "error", err)
@@ -210,7 +214,21 @@ type fakeFarm struct {
 
 	launches    *prometheus.CounterVec
 	completions *prometheus.CounterVec
+	retries     prometheus.Counter
+	pending     prometheus.Gauge
+
+	// stopping is closed when the stop begins: pending completion reports
+	// then get retryDrain more before they are dropped.
+	stopping chan struct{}
 }
+
+// Completion report retries (RQD keeps a finished frame's report and
+// resends it until Cuebot accepts it).
+const (
+	retryMin   = 100 * time.Millisecond
+	retryMax   = 5 * time.Second
+	retryDrain = 30 * time.Second
+)
 
 func (f *fakeFarm) register(reg prometheus.Registerer) {
 	f.launches = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -230,7 +248,15 @@ func (f *fakeFarm) register(reg prometheus.Registerer) {
 		}
 		return 0
 	})
-	reg.MustRegister(f.launches, f.completions, running)
+	f.retries = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fakerqd_completion_retries_total",
+		Help: "Completion reports sent again after the database refused them (as RQD resends a FrameCompleteReport Cuebot did not take).",
+	})
+	f.pending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fakerqd_pending_completions",
+		Help: "Finished frames whose completion report has not been accepted yet.",
+	})
+	reg.MustRegister(f.launches, f.completions, running, f.retries, f.pending)
 }
 
 // behavior is what every answered host does.
@@ -283,6 +309,7 @@ func (f *fakeFarm) run(ctx context.Context) error {
 	}
 
 	<-ctx.Done()
+	close(f.stopping)
 	running := srv.Running("")
 	srv.Stop() // no completion after this; the ones in flight have returned
 	if f.emu == nil || !f.o.clearOnStop || len(running) == 0 {
@@ -336,15 +363,47 @@ func (f *fakeFarm) onComplete(ctx context.Context, fc fakerqd.FrameCompletion) {
 		f.log.Info("frame finished (not reported)", kv...)
 		return
 	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	outcome, err := f.emu.CompleteOutcome(cctx, cuebotemu.FromFakeRQD(fc))
-	if err != nil {
-		f.completions.WithLabelValues("error").Inc()
-		f.log.Error("frame finished; reporting it failed: the frame stays RUNNING",
-			append(kv, "frame_id", fc.FrameID, "proc", fc.ResourceID, "error", err)...)
-		return
+	f.pending.Inc()
+	defer f.pending.Dec()
+	var drainEnd <-chan time.Time
+	backoff := retryMin
+	for attempt := 1; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		outcome, err := f.emu.CompleteOutcome(cctx, cuebotemu.FromFakeRQD(fc))
+		cancel()
+		if err == nil {
+			f.completions.WithLabelValues(outcome.String()).Inc()
+			if attempt > 1 {
+				kv = append(kv, "attempts", attempt)
+			}
+			f.log.Info("frame finished", append(kv, "reported", outcome.String())...)
+			return
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		backoff = min(backoff*2, retryMax)
+		if attempt == 1 {
+			f.log.Warn("frame finished; reporting it failed, retrying until it is accepted",
+				append(kv, "frame_id", fc.FrameID, "proc", fc.ResourceID, "error", err)...)
+		} else {
+			f.log.Debug("completion report refused again", "frame", fc.FrameName, "attempt", attempt, "retry_in", wait, "error", err)
+		}
+		select {
+		case <-f.stopping:
+			if drainEnd == nil {
+				drainEnd = time.After(retryDrain)
+			}
+		default:
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-drainEnd:
+			t.Stop()
+			f.completions.WithLabelValues("error").Inc()
+			f.log.Error("fake RQD stopping: dropped a completion report the database never accepted: the frame stays RUNNING until Cuebot's orphan check clears it",
+				append(kv, "frame_id", fc.FrameID, "proc", fc.ResourceID, "attempts", attempt, "error", err)...)
+			return
+		}
+		f.retries.Inc()
 	}
-	f.completions.WithLabelValues(outcome.String()).Inc()
-	f.log.Info("frame finished", append(kv, "reported", outcome.String())...)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -346,6 +347,55 @@ func TestFakeRQDCompletesThroughCuebotTables(t *testing.T) {
 	}
 	if !strings.Contains(r.errb.String(), "cleared=1 failed=0") {
 		t.Errorf("the stop did not report the cleared frame; stderr:\n%s", r.errb.String())
+	}
+}
+
+// TestFakeRQDRetriesCompletionReports: a completion report the database
+// refuses (the fake's connection to Postgres cut, as in a restart or a
+// failover) is retried with backoff until it is accepted, as RQD resends
+// its FrameCompleteReport: the frame ends SUCCEEDED once the database is
+// back, instead of staying RUNNING.
+func TestFakeRQDRetriesCompletionReports(t *testing.T) {
+	t.Parallel()
+	f := newRunningFrameFarm(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience(60*time.Second))
+	defer cancel()
+	u, err := url.Parse(f.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := testenv.StartProxy(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	u.Host = proxy.Addr()
+	q := u.Query()
+	q.Set("connect_timeout", "2")
+	u.RawQuery = q.Encode()
+	r := startFakeRQD(t, map[string]string{"CUESCHED_DATABASE_URL": u.String()},
+		"--listen", "127.0.0.1:0", "--complete", "--run-time", "300ms", "--log-level", "debug")
+	addr := r.logged(t, servingRE)
+	proxy.Cut()
+	if err := rqdTo(t, addr).LaunchFrame(ctx, f.host, f.runFrame(0)); err != nil {
+		t.Fatalf("launch: %v", err)
+	}
+	r.logged(t, regexp.MustCompile(`reporting it failed, retrying until it is accepted`))
+	r.logged(t, regexp.MustCompile(`completion report refused again`))
+	if state, _, hasProc := f.frameState(t, 0); state != "RUNNING" || !hasProc {
+		t.Fatalf("frame is %s (proc present %v) while its report cannot reach the database", state, hasProc)
+	}
+	proxy.Restore()
+	waitFor(t, func() bool {
+		state, _, hasProc := f.frameState(t, 0)
+		return state == "SUCCEEDED" && !hasProc
+	}, func() string {
+		state, _, hasProc := f.frameState(t, 0)
+		return fmt.Sprintf("frame is %s (proc present %v) after the database came back; stderr:\n%s", state, hasProc, r.errb.String())
+	})
+	r.logged(t, regexp.MustCompile(`frame finished: .*frame=0001-render .*attempts=\d+ reported=completed`))
+	if code := r.stop(t); code != 0 {
+		t.Fatalf("exit code %d; stderr:\n%s", code, r.errb.String())
 	}
 }
 

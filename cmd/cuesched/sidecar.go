@@ -67,15 +67,16 @@ func runSidecar(ctx context.Context, c *cli.Env, args []string) int {
 		return 1
 	}
 	sc, err := sidecar.New(sidecar.Config{
-		DatabaseURL:    dbURL,
-		SlotName:       cfg.Sidecar.SlotName,
-		Publications:   cfg.Sidecar.Publications,
-		CreateSlot:     cfg.Sidecar.CreateSlot,
-		MaxRetainedWAL: int64(cfg.Sidecar.MaxRetainedWAL),
-		StandbyRetry:   time.Duration(cfg.Sidecar.StandbyRetry),
-		Logger:         d.Logger,
-		Registerer:     d.Registry,
-		Health:         d.Health,
+		DatabaseURL:      dbURL,
+		SlotName:         cfg.Sidecar.SlotName,
+		Publications:     cfg.Sidecar.Publications,
+		CreateSlot:       cfg.Sidecar.CreateSlot,
+		RecreateLostSlot: cfg.Sidecar.RecreateLostSlot,
+		MaxRetainedWAL:   int64(cfg.Sidecar.MaxRetainedWAL),
+		StandbyRetry:     time.Duration(cfg.Sidecar.StandbyRetry),
+		Logger:           d.Logger,
+		Registerer:       d.Registry,
+		Health:           d.Health,
 	}, rdb)
 	if err != nil {
 		fmt.Fprintf(c.Stderr, "cuesched sidecar: %v\n", err)

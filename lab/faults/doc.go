@@ -112,6 +112,10 @@
 //	all of the above, at random, in sequence    TestFaultChaos (full only)
 //	frozen leader while Redis restarts          TestFaultFrozenLeaderRedisRestart (the other scheduler
 //	                                              takes the loops over and re-bootstraps)
+//	every process cut from Postgres for 3 s,    TestFaultPostgresOutageBookingGap (measures the booking
+//	  production queue pacing                     gap; fails if a failed pass slept cluster_empty_sleep)
+//	Redis restarted from an older RDB under     TestFaultRedisOlderSnapshot (sidecar cut off: the scheduler
+//	  load                                        alone detects it; full: detection within 1 s judged)
 //
 // The same faults in narrower set-ups elsewhere: sidecar TestKill9FiftyTimes,
 // TestStandbyTakesOver, TestFrozenOwnerIsFenced, TestRedisRestartedDuringStream,
@@ -173,7 +177,10 @@
 //
 // Black-hole partitions (packets dropped, connections left open): the
 // testenv proxy closes connections, which both sides see at once. Redis
-// Sentinel failover to a lagging replica (no Sentinel in the harness).
+// Sentinel failover to a lagging replica (no Sentinel in the harness; the
+// older-snapshot test is the same loss). PostgreSQL promotion of a real
+// streaming replica (the lost slot is covered at sidecar level by sidecar
+// TestLostSlotIsRecreated, which drops the slot under it).
 // Clock skew between hosts. Disk full and Postgres running out of
 // connections. Concurrent faults (the chaos run injects them in sequence).
 package faults

@@ -47,6 +47,12 @@ type envOpts struct {
 	// NoCapSampling disables the cap checks of the sampler (tests that
 	// change caps while procs run); the sign checks remain.
 	NoCapSampling bool
+	// RedisOverCountOK skips the sampler's Redis cap check (Postgres' and
+	// the sign checks remain): a Redis rolled back to an older snapshot
+	// holds records of procs released since, which the re-bootstrap keeps
+	// for the in-flight grace, so its counters over-count (refusing
+	// bookings, never over-booking) until the recompute drops them.
+	RedisOverCountOK bool
 	// UnmanagedTouched: a show left to Cuebot at the start may be
 	// dispatched (a test flips it to the scheduler).
 	UnmanagedTouched bool
@@ -60,6 +66,10 @@ type envOpts struct {
 	Fixture func(e *env)
 	// Setup runs after the farm is seeded, before any process starts.
 	Setup func(e *env)
+	// Queue overrides keys of the processes' queue section (the harness
+	// paces them fast: cluster_empty_sleep 200ms, ...); a test measuring
+	// a booking gap runs the production sleeps.
+	Queue map[string]string
 }
 
 func (o *envOpts) defaults() {
@@ -372,12 +382,7 @@ accounting:
   limit_reseed_interval: 3s
   leader_poll_interval: 200ms
 queue:
-  cluster_empty_sleep: 200ms
-  cluster_saturated_sleep: 50ms
-  cluster_reload_interval: 1s
-  active_scan_interval: 100ms
-  layer_backoff_min: 20ms
-  layer_backoff_max: 300ms
+%s
 scheduler:
   facility: spi
   instance_name: %s
@@ -392,12 +397,34 @@ logging:
   level: %s
 metrics:
   listen: %q
-%s`, role, name, dbURL, "redis://"+rdp.Addr()+"/0", name, e.fake.Addr(), e.slot, logLevel(), d.metricsAddr, extraYAML)
+%s`, role, name, dbURL, "redis://"+rdp.Addr()+"/0", e.queueYAML(), name, e.fake.Addr(), e.slot, logLevel(), d.metricsAddr, extraYAML)
 	d.config = filepath.Join(e.dir, name+".yaml")
 	if err := os.WriteFile(d.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// queueYAML is the processes' queue section: the harness's fast pacing
+// with envOpts.Queue on top.
+func (e *env) queueYAML() string {
+	q := map[string]string{
+		"cluster_empty_sleep": "200ms", "cluster_saturated_sleep": "50ms", "cluster_reload_interval": "1s",
+		"active_scan_interval": "100ms", "layer_backoff_min": "20ms", "layer_backoff_max": "300ms",
+	}
+	for k, v := range e.o.Queue {
+		q[k] = v
+	}
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	lines := make([]string, len(keys))
+	for i, k := range keys {
+		lines[i] = "  " + k + ": " + q[k]
+	}
+	return strings.Join(lines, "\n")
 }
 
 func logLevel() string {

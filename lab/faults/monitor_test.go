@@ -460,7 +460,7 @@ func (s *sampler) sampleRedis(ctx context.Context) error {
 		if cores < 0 || gpus < 0 {
 			found = append(found, fmt.Sprintf("redis: %s int_cores=%d int_gpus=%d below zero", k.key, cores, gpus))
 		}
-		if !s.caps {
+		if !s.caps || s.e.o.RedisOverCountOK {
 			continue
 		}
 		switch {

@@ -20,6 +20,7 @@ type metrics struct {
 	unattended        prometheus.Gauge
 	paused            prometheus.Gauge
 	bootstraps        prometheus.Counter
+	rollbacks         *prometheus.CounterVec
 }
 
 var loopBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
@@ -76,6 +77,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "scheduler_accounting_booking_paused",
 			Help: "1 while booking is paused because Redis is not bootstrapped (empty after a restart, or unreachable).",
 		}),
+		rollbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scheduler_accounting_rollbacks_detected_total",
+			Help: "Times this instance found the Redis accounting state rolled back and closed it for booking until the re-bootstrap: kind seq (acct:seq below what it saw acknowledged under the same epoch) or epoch (an epoch older than the one it knew).",
+		}, []string{"kind"}),
 		bootstraps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "scheduler_accounting_bootstraps_total",
 			Help: "Full bootstraps run by this instance (startup on an empty Redis, or Redis restarted).",
@@ -94,10 +99,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, a := range []string{"adopted", "retargeted", "dropped", "skipped_released", "kept_inflight"} {
 		m.records.WithLabelValues(a)
 	}
+	m.rollbacks.WithLabelValues("seq")
+	m.rollbacks.WithLabelValues("epoch")
 	m.paused.Set(1)
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.recomputeCycles, m.recomputeRetries, m.recomputeDuration, m.reseedCycles,
-			m.reseedDuration, m.drift, m.records, m.pgRows, m.leader, m.unseeded, m.unattended, m.paused, m.bootstraps} {
+			m.reseedDuration, m.drift, m.records, m.pgRows, m.leader, m.unseeded, m.unattended, m.paused, m.bootstraps, m.rollbacks} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,8 +28,9 @@ type Config struct {
 	// LeaderPollInterval: how often a follower tries the loop lock, and how
 	// often the leader checks it still holds it [1s].
 	LeaderPollInterval time.Duration
-	// EpochPollInterval: how often every instance checks acct:epoch to open
-	// or close its booking gate [1s].
+	// EpochPollInterval: how often every instance checks acct:epoch and
+	// acct:seq to open or close its booking gate, and to notice a rolled
+	// back accounting state (publisher.State) [250ms].
 	EpochPollInterval time.Duration
 	// InFlightGrace: a record absent from the snapshot is dropped only if it
 	// was booked at least this long before the snapshot began. It must exceed
@@ -69,7 +69,7 @@ func (c *Config) defaults() {
 	def(&c.LimitReseedInterval, 300*time.Second)
 	def(&c.ManagedPollInterval, 2*time.Second)
 	def(&c.LeaderPollInterval, time.Second)
-	def(&c.EpochPollInterval, time.Second)
+	def(&c.EpochPollInterval, 250*time.Millisecond)
 	def(&c.InFlightGrace, 60*time.Second)
 	def(&c.FlipSettle, 10*time.Second)
 	if c.BatchSize <= 0 {
@@ -96,6 +96,12 @@ type Service struct {
 	ready   bool
 	readyCh chan struct{} // closed while ready
 	reason  string
+
+	// known is the epoch this instance books under and knownGen its
+	// generation (publisher.EpochGeneration); watcher and bootstrap only.
+	lineageMu sync.Mutex
+	known     string
+	knownGen  int64
 
 	isLeader atomic.Bool
 	terms    atomic.Int64 // leadership terms started by this instance
@@ -224,18 +230,83 @@ func (s *Service) watchEpoch(ctx context.Context) {
 }
 
 func (s *Service) checkEpoch(ctx context.Context) string {
-	epoch, err := s.pub.Epoch(ctx)
+	// The high-water mark is read before the state: a booking acknowledged
+	// after the read cannot make a live Redis look rolled back.
+	hw := s.pub.SeqHighWater()
+	st, err := s.pub.State(ctx)
 	switch {
 	case err != nil:
 		if ctx.Err() == nil {
 			s.setGate(false, "accounting: Redis unreachable: "+err.Error())
 		}
-	case epoch == "":
+		return ""
+	case st.Epoch == "":
 		s.setGate(false, "accounting: Redis empty (restarted?), waiting for the bootstrap")
-	default:
-		s.setGate(true, "")
+		return ""
 	}
-	return epoch
+	if why, kind := s.checkLineage(st, hw); why != "" {
+		s.rolledBack(ctx, st, kind, why)
+		return ""
+	}
+	s.setGate(true, "")
+	return st.Epoch
+}
+
+// checkLineage compares a polled state with the epoch this instance knows
+// (see publisher's lineage.go): the same epoch with acct:seq below what was
+// seen acknowledged, or an epoch of an older generation, is a rollback; a
+// newer epoch (a re-bootstrap) is adopted.
+func (s *Service) checkLineage(st publisher.State, hw int64) (why, kind string) {
+	s.lineageMu.Lock()
+	defer s.lineageMu.Unlock()
+	gen := publisher.EpochGeneration(st.Epoch)
+	switch {
+	case s.known == "":
+		s.known, s.knownGen = st.Epoch, gen
+		s.pub.ObserveSeq(st.Seq)
+	case st.Epoch == s.known:
+		if st.Seq < hw {
+			return fmt.Sprintf("acct:seq is %d under epoch %s, but %d was already acknowledged: Redis lost acknowledged writes (restarted from an older snapshot, or a failover to a replica that missed them)", st.Seq, st.Epoch, hw), "seq"
+		}
+		s.pub.ObserveSeq(st.Seq)
+	case gen == 0 || s.knownGen == 0 || gen > s.knownGen:
+		// A re-bootstrap this instance did not see happen (or an epoch
+		// without a generation, from an older version: trusted as before).
+		s.log.Info("accounting epoch changed (re-bootstrapped)", "from", s.known, "to", st.Epoch)
+		s.known, s.knownGen = st.Epoch, gen
+		s.pub.ResetSeqHighWater(st.Seq)
+	default:
+		return fmt.Sprintf("acct:epoch %s is older than %s, the epoch this instance booked under: Redis came back from a snapshot taken before the last bootstrap", st.Epoch, s.known), "epoch"
+	}
+	return "", ""
+}
+
+// adoptEpoch records the epoch this instance's own bootstrap wrote.
+func (s *Service) adoptEpoch(ctx context.Context, epoch string) {
+	s.lineageMu.Lock()
+	defer s.lineageMu.Unlock()
+	s.known, s.knownGen = epoch, publisher.EpochGeneration(epoch)
+	if st, err := s.pub.State(ctx); err == nil && st.Epoch == epoch {
+		s.pub.ResetSeqHighWater(st.Seq)
+	}
+}
+
+// rolledBack closes the gate and every show (publisher.Invalidate): no
+// instance books against the rolled-back counters, and the loop leader
+// re-bootstraps from Postgres (it finds acct:epoch gone).
+func (s *Service) rolledBack(ctx context.Context, st publisher.State, kind, why string) {
+	s.setGate(false, "accounting: Redis state rolled back, waiting for the re-bootstrap: "+why)
+	done, shows, err := s.pub.Invalidate(ctx, st.Epoch)
+	switch {
+	case err != nil:
+		s.log.Error("accounting state rolled back; closing it for booking failed (retried at the next poll)", "reason", why, "error", err)
+	case done:
+		s.m.rollbacks.WithLabelValues(kind).Inc()
+		s.log.Error("accounting state rolled back: closed every show for booking and requested a re-bootstrap from Postgres (deleted acct:epoch)",
+			"reason", why, "shows_closed", shows)
+	default:
+		s.log.Info("accounting state rolled back, but it was re-bootstrapped meanwhile", "reason", why)
+	}
 }
 
 // lead runs the loops while this instance holds the lock.
@@ -424,10 +495,14 @@ func (s *Service) bootstrap(ctx context.Context, fence func(context.Context) err
 	start := time.Now()
 	s.setGate(false, "accounting: bootstrapping Redis from Postgres")
 	s.m.bootstraps.Inc()
-	epoch := uuid.NewString()
+	epoch, err := s.pub.NewEpoch(ctx)
+	if err != nil {
+		s.m.reseedCycles.WithLabelValues("bootstrap", "error").Inc()
+		return fmt.Errorf("bootstrap: %w", err)
+	}
 	// The term fence: from here only this bootstrap's markers and epoch are
 	// accepted (a stalled former leader's are refused by the seed script).
-	err := fence(ctx)
+	err = fence(ctx)
 	if err == nil {
 		err = s.pub.BeginBootstrap(ctx, epoch)
 	}
@@ -442,6 +517,9 @@ func (s *Service) bootstrap(ctx context.Context, fence func(context.Context) err
 	if err == nil {
 		if err = fence(ctx); err == nil {
 			err = s.pub.SetEpoch(ctx, epoch)
+		}
+		if err == nil {
+			s.adoptEpoch(ctx, epoch)
 		}
 	}
 	s.m.reseedDuration.WithLabelValues("bootstrap").Observe(time.Since(start).Seconds())

@@ -3,7 +3,12 @@
 // them, and hand the cluster back with a sleep that depends on what the
 // pass found (rust-scheduler §4.1–4.2).
 //
-//	no jobs (or the job query failed)       -> cluster_empty_sleep (30 s)
+//	no jobs                                 -> cluster_empty_sleep (30 s)
+//	a query or a booking failed (database,  -> error backoff: cluster_error_
+//	  Redis or host-cache error) and          backoff_min (200 ms) doubling
+//	  nothing was booked                      per consecutive failure up to
+//	                                          _max (2 s), jittered to [d/2, d]
+//	                                          (scheduler_pass_errors_total)
 //	no bookable job, but waiting work held  -> cluster_saturated_sleep
 //	  back by a burst or a cap
 //	jobs, but no frame booked               -> cluster_saturated_sleep (5 s)
@@ -42,6 +47,7 @@ import (
 	"errors"
 	"math"
 	"math/rand"
+	randv2 "math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -86,6 +92,11 @@ type Config struct {
 	AgeRelief      time.Duration
 	EmptySleep     time.Duration // 30 s
 	SaturatedSleep time.Duration // 5 s
+	// ErrorBackoffMin and ErrorBackoffMax bound the retry of a cluster
+	// whose pass failed (200 ms doubling up to 2 s): a database failover
+	// or restart is not an empty cluster, booking resumes within about
+	// ErrorBackoffMax of the database coming back.
+	ErrorBackoffMin, ErrorBackoffMax time.Duration
 	// NotSeededSleep paces a show whose accounting is not seeded yet (a
 	// flip to managed; 250 ms, at most SaturatedSleep): it is booked
 	// within about this long of the leader's seed.
@@ -133,6 +144,7 @@ type Loop struct {
 	drawMu sync.Mutex
 	draws  *rand.Rand
 	shares sync.Map // cluster key -> lottery frames per job (int)
+	fails  sync.Map // cluster key -> consecutive failed passes (int)
 }
 
 // New returns a pipeline over feed and worker.
@@ -162,6 +174,12 @@ func New(db jobs.DB, feed *clusters.Feed, worker Worker, cfg Config, o Options) 
 		cfg.NotSeededSleep = 250 * time.Millisecond
 	}
 	cfg.NotSeededSleep = min(cfg.NotSeededSleep, cfg.SaturatedSleep)
+	if cfg.ErrorBackoffMin <= 0 {
+		cfg.ErrorBackoffMin = 200 * time.Millisecond
+	}
+	if cfg.ErrorBackoffMax < cfg.ErrorBackoffMin {
+		cfg.ErrorBackoffMax = max(2*time.Second, cfg.ErrorBackoffMin)
+	}
 	log := o.Logger
 	if log == nil {
 		log = hclog.NewNullLogger()
@@ -199,6 +217,19 @@ func LotteryBudgets(js []jobs.Job, perJob int) []int {
 		out[i] = max(int(math.Ceil(pass*float64(max(j.Effective, 1))/total)), 1)
 	}
 	return out
+}
+
+// errorBackoff is the sleep after the n-th consecutive failed pass of a
+// cluster: ErrorBackoffMin doubled n-1 times, capped at ErrorBackoffMax,
+// jittered to [d/2, d] so clusters that failed together do not retry in
+// lockstep.
+func (p *Loop) errorBackoff(n int) time.Duration {
+	d := p.cfg.ErrorBackoffMin
+	for i := 1; i < n && d < p.cfg.ErrorBackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, p.cfg.ErrorBackoffMax)
+	return d/2 + randv2.N(d/2+1)
 }
 
 // draw names the next lottery draw.
@@ -278,9 +309,12 @@ const (
 	NoJobs     Reason = "no_jobs"
 	Capped     Reason = "capped"
 	QueryError Reason = "query_error"
-	AllocFull  Reason = "alloc_full"
-	NotSeeded  Reason = "not_seeded"
-	Cancelled  Reason = "cancelled"
+	// Failed: jobs were found, but a booking stopped on a database, Redis
+	// or host-cache error and nothing was booked.
+	Failed    Reason = "failed"
+	AllocFull Reason = "alloc_full"
+	NotSeeded Reason = "not_seeded"
+	Cancelled Reason = "cancelled"
 	// TimedOut: the pass reached queue.pass_timeout (a query or a lock
 	// wait that did not end); the cluster sleeps the saturated sleep.
 	TimedOut Reason = "timeout"
@@ -310,6 +344,16 @@ func (p *Loop) Pass(ctx context.Context, c *clusters.Cluster) PassResult {
 			r = PassResult{Jobs: r.Jobs, Reason: TimedOut, Sleep: p.cfg.SaturatedSleep, Wake: r.Wake}
 		}
 	}
+	if r.Reason == QueryError || r.Reason == Failed {
+		n := 1
+		if v, ok := p.fails.Load(c.Key()); ok {
+			n = v.(int) + 1
+		}
+		p.fails.Store(c.Key(), n)
+		r.Sleep = p.errorBackoff(n)
+	} else if r.Reason != Cancelled {
+		p.fails.Delete(c.Key())
+	}
 	p.m.passes.WithLabelValues(string(r.Reason)).Inc()
 	p.m.perPass.WithLabelValues(c.Type().Label()).Observe(float64(r.Dispatched))
 	return r
@@ -334,14 +378,23 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 		if ctx.Err() != nil {
 			return PassResult{Reason: Cancelled}
 		}
-		p.log.Warn("pending-job query failed", "cluster", c.Key(), "error", err)
-		return PassResult{Reason: QueryError, Sleep: p.cfg.EmptySleep}
+		p.log.Warn("pending-job query failed; retrying the cluster after a short backoff", "cluster", c.Key(), "error", err)
+		p.m.errors.WithLabelValues("job_query").Inc()
+		return PassResult{Reason: QueryError}
 	}
 	p.m.jobsQueried.Add(float64(len(js)))
 	if len(js) == 0 {
 		// Work held back only by a burst or a cap gets its headroom back
 		// as frames end, which wakes nothing: look again soon.
-		if capped, err := jobs.Capped(ctx, p.db, pq); err == nil && capped {
+		capped, err := jobs.Capped(ctx, p.db, pq)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return PassResult{Reason: Cancelled}
+		case err != nil:
+			p.log.Warn("capped-work query failed; retrying the cluster after a short backoff", "cluster", c.Key(), "error", err)
+			p.m.errors.WithLabelValues("job_query").Inc()
+			return PassResult{Reason: QueryError}
+		case capped:
 			return PassResult{Reason: Capped, Sleep: p.cfg.SaturatedSleep}
 		}
 		return PassResult{Reason: NoJobs, Sleep: p.cfg.EmptySleep}
@@ -356,6 +409,7 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 		stop      bool
 		allocFull bool
 		notSeeded bool
+		failed    bool
 		wg        sync.WaitGroup
 		sem       = make(chan struct{}, p.cfg.JobBuffer)
 	)
@@ -411,7 +465,9 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 			total += out.Dispatched
 			if err != nil && !errors.Is(err, context.Canceled) {
 				p.log.Warn("job processing failed", "job", j.Name, "error", err)
+				failed = true
 			}
+			failed = failed || out.Failed
 			if out.StopShow || out.AllocFull {
 				stop = true
 				allocFull = allocFull || out.AllocFull
@@ -443,6 +499,12 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 		// but Redis tells: look again shortly rather than sleep through
 		// the seed.
 		res.Reason, res.Sleep = NotSeeded, p.cfg.NotSeededSleep
+	case failed && total == 0:
+		// A database, Redis or host-cache error (a failover, a restart):
+		// retry soon (Pass sets the backoff), not after the saturated
+		// sleep, and never the empty one.
+		p.m.errors.WithLabelValues("booking").Inc()
+		res.Reason = Failed
 	case allocFull:
 		// Its headroom comes back as the show's frames end, which only
 		// Redis sees (no WAL event wakes the cluster): the short sleep.

@@ -246,6 +246,9 @@ type Outcome struct {
 	StopShow bool
 	// AllocFull: a booking hit this allocation cluster's subscription burst.
 	AllocFull bool
+	// Failed: a layer stopped on a database, Redis or host-cache error
+	// (dispatch.Failed), not on a lack of hosts or headroom.
+	Failed bool
 }
 
 // Turn orders a pass's jobs at the host cache. A job's first host checkout
@@ -330,6 +333,9 @@ func (m *Matcher) ProcessInTurn(ctx context.Context, c *clusters.Cluster, job jo
 		}
 		r := m.processLayer(ctx, c, l, t)
 		out.Dispatched += r.dispatched
+		if r.stop == dispatch.Failed {
+			out.Failed = true
+		}
 		if r.worked {
 			out.Layers++
 		}

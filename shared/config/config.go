@@ -149,7 +149,12 @@ type Queue struct {
 	// PassTimeout bounds one pass of a cluster (its job query, its jobs'
 	// layer queries and batches): a pass stuck on the database ends, and
 	// its worker takes the next cluster.
-	PassTimeout                   Duration        `yaml:"pass_timeout"`
+	PassTimeout Duration `yaml:"pass_timeout"`
+	// ClusterErrorBackoffMin and Max bound the retry of a cluster whose
+	// pass failed on a database, Redis or host-cache error (doubling per
+	// consecutive failure, with jitter): an error is not an empty cluster.
+	ClusterErrorBackoffMin        Duration        `yaml:"cluster_error_backoff_min"`
+	ClusterErrorBackoffMax        Duration        `yaml:"cluster_error_backoff_max"`
 	ClusterReloadInterval         Duration        `yaml:"cluster_reload_interval"`
 	ActiveScanInterval            Duration        `yaml:"active_scan_interval"`
 	Stream                        Stream          `yaml:"stream"`
@@ -277,6 +282,11 @@ type Sidecar struct {
 	Publications []string `yaml:"publications"`
 	// CreateSlot creates the slot if it does not exist.
 	CreateSlot bool `yaml:"create_slot"`
+	// RecreateLostSlot re-creates the slot when it is missing or
+	// invalidated but Redis holds a sidecar checkpoint, which proves it
+	// existed (a failover promoted a standby that lacks it), and requests
+	// the re-bootstrap that covers the releases it never streamed.
+	RecreateLostSlot bool `yaml:"recreate_lost_slot"`
 	// MaxRetainedWAL warns loudly when the slot holds more WAL than this.
 	MaxRetainedWAL Size `yaml:"max_retained_wal"`
 	// StandbyRetry is how often a standby retries the busy slot.
@@ -324,6 +334,8 @@ func Default() Config {
 			ClusterEmptySleep:             Duration(30 * time.Second),
 			ClusterSaturatedSleep:         Duration(5 * time.Second),
 			PassTimeout:                   Duration(2 * time.Minute),
+			ClusterErrorBackoffMin:        Duration(200 * time.Millisecond),
+			ClusterErrorBackoffMax:        Duration(2 * time.Second),
 			ClusterReloadInterval:         Duration(120 * time.Second),
 			ActiveScanInterval:            Duration(2 * time.Second),
 			Stream:                        Stream{ClusterBufferSize: 3, JobBufferSize: 3},
@@ -372,10 +384,11 @@ func Default() Config {
 			RequestTimeout: Duration(30 * time.Second),
 		},
 		Sidecar: Sidecar{
-			SlotName:       "cuesched_sidecar",
-			Publications:   []string{"cuesched_accounting", "cuesched_proc"},
-			MaxRetainedWAL: 4 * GiB,
-			StandbyRetry:   Duration(time.Second),
+			SlotName:         "cuesched_sidecar",
+			Publications:     []string{"cuesched_accounting", "cuesched_proc"},
+			MaxRetainedWAL:   4 * GiB,
+			StandbyRetry:     Duration(time.Second),
+			RecreateLostSlot: true,
 		},
 		Logging: Logging{Level: "info", Format: "text"},
 		Metrics: Metrics{Listen: ":9090"},

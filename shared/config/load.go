@@ -253,6 +253,7 @@ func (c Config) Validate() error {
 		"queue.cluster_reload_interval":       c.Queue.ClusterReloadInterval,
 		"queue.active_scan_interval":          c.Queue.ActiveScanInterval,
 		"queue.pass_timeout":                  c.Queue.PassTimeout,
+		"queue.cluster_error_backoff_min":     c.Queue.ClusterErrorBackoffMin,
 		"host_cache.group_idle_timeout":       c.HostCache.GroupIdleTimeout,
 		"rqd.connect_timeout":                 c.RQD.ConnectTimeout,
 		"rqd.request_timeout":                 c.RQD.RequestTimeout,
@@ -299,6 +300,9 @@ func (c Config) Validate() error {
 	}
 	if c.Queue.FrameMemorySoftLimit < 1 || c.Queue.FrameMemoryHardLimit < c.Queue.FrameMemorySoftLimit {
 		return bad("queue.frame_memory_hard_limit", "need 1 <= frame_memory_soft_limit <= frame_memory_hard_limit")
+	}
+	if c.Queue.ClusterErrorBackoffMax < c.Queue.ClusterErrorBackoffMin {
+		return bad("queue.cluster_error_backoff_max", "must not be less than cluster_error_backoff_min")
 	}
 	if c.Queue.LayerBackoffMax < c.Queue.LayerBackoffMin {
 		return bad("queue.layer_backoff_max", "must not be less than layer_backoff_min")

@@ -56,6 +56,12 @@ type Config struct {
 	// re-created when it was invalidated. Without it a missing slot makes
 	// Run return ErrSlotMissing.
 	CreateSlot bool
+	// MayCreate, when set, is asked when a permanent slot is missing (or
+	// was invalidated) and CreateSlot is false: ok creates it anyway (the
+	// consumer's Snapshot runs as for a new slot), why is logged. The
+	// sidecar answers yes when its Redis checkpoint proves the slot
+	// existed (lost in a failover to a promoted standby).
+	MayCreate func(ctx context.Context) (ok bool, why string, err error)
 	// Publications are the publications to stream (at least one).
 	Publications []string
 	// ExplicitAck: when false, every transaction Apply returns nil for is
@@ -315,6 +321,12 @@ func isFatal(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 {
+		if pgErr.Code == "42710" {
+			// duplicate_object: another session created the slot first
+			// (two sidecars re-creating a lost slot); the next attempt
+			// finds it.
+			return false
+		}
 		switch pgErr.Code[:2] {
 		case "28", "3D", "42": // auth, no database, undefined object / privilege / syntax
 			return true
@@ -402,7 +414,7 @@ func (s *Stream) prepare(ctx context.Context, conn *pgconn.PgConn) (LSN, error) 
 				errConfig, s.cfg.Slot, info.Type, info.Plugin, info.Database, currentDB)
 		case info.Active:
 			return 0, fmt.Errorf("%w: slot %q is active for PID %d", ErrSlotBusy, s.cfg.Slot, info.ActivePID)
-		case info.WALStatus == "lost" && !s.cfg.CreateSlot:
+		case info.WALStatus == "lost" && !s.cfg.CreateSlot && !s.mayCreate(ctx, "invalidated (wal_status lost)"):
 			return 0, fmt.Errorf("%w: slot %q", ErrSlotLost, s.cfg.Slot)
 		case info.WALStatus == "lost" || s.resync:
 			s.log.Warn("dropping the slot to re-create it with a new snapshot", "wal_status", info.WALStatus, "resync", s.resync)
@@ -413,7 +425,7 @@ func (s *Stream) prepare(ctx context.Context, conn *pgconn.PgConn) (LSN, error) 
 		}
 	}
 	if !found {
-		if !s.cfg.CreateSlot && !s.resync {
+		if !s.cfg.CreateSlot && !s.resync && !s.mayCreate(ctx, "missing") {
 			return 0, fmt.Errorf("%w: %q (create it, or set CreateSlot)", ErrSlotMissing, s.cfg.Slot)
 		}
 		lsn, err := s.createWithSnapshot(ctx, conn, false)
@@ -432,6 +444,23 @@ func (s *Stream) prepare(ctx context.Context, conn *pgconn.PgConn) (LSN, error) 
 	storeMax(&s.ackLimit, info.ConfirmedFlushLSN)
 	storeMax(&s.applied, info.ConfirmedFlushLSN)
 	return LSN(s.durable.Load()), nil
+}
+
+// mayCreate asks Config.MayCreate whether a missing or invalidated slot
+// may be created.
+func (s *Stream) mayCreate(ctx context.Context, state string) bool {
+	if s.cfg.MayCreate == nil {
+		return false
+	}
+	ok, why, err := s.cfg.MayCreate(ctx)
+	if err != nil {
+		s.log.Warn("could not decide whether to re-create the slot", "slot_state", state, "error", err)
+		return false
+	}
+	if ok {
+		s.log.Warn("re-creating the replication slot", "slot_state", state, "why", why)
+	}
+	return ok
 }
 
 // createWithSnapshot creates the slot inside a REPEATABLE READ transaction

@@ -161,6 +161,11 @@ func pingRedis(addr string) error {
 // Addr is host:port.
 func (r *Redis) Addr() string { return r.addr }
 
+// Dir is the server's data directory ("" for an external server): SAVE
+// writes dump.rdb there, and a server started by StartServer loads it, so
+// a test can bring Redis back from an older snapshot.
+func (r *Redis) Dir() string { return r.dir }
+
 // Port is the TCP port (0 for an external server).
 func (r *Redis) Port() int { return r.port }
 

@@ -1,0 +1,134 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cuesched/cuesched/lua"
+)
+
+// Lineage: how a scheduler notices, by itself, that the accounting state it
+// books against is not the one it was working with.
+//
+// Redis can come back with less than it acknowledged: restarted from an
+// older RDB snapshot or AOF, or promoted from a replica that had not
+// received the last writes (Sentinel failover). The seeding markers and
+// acct:epoch come back too, so the booking gate alone would trust it. Two
+// facts give it away:
+//
+//   - acct:seq only grows within one epoch (every booking, release and
+//     reconcile INCRs it). The publisher keeps the highest value it has
+//     seen (its own bookings' replies and every State poll) as a high
+//     water mark; a State read that returns less, under the same epoch, is
+//     a rollback of writes this instance saw acknowledged.
+//   - every bootstrap's epoch carries a generation, the Redis server's
+//     clock at the bootstrap (NewEpoch: "g<unix µs>-<uuid>"). A re-bootstrap
+//     makes a newer one; a snapshot from before the last bootstrap brings
+//     back an older one.
+//
+// Invalidate then closes every show at once (the booking script answers
+// "not seeded" on every instance) and removes acct:epoch so the loop
+// leader re-bootstraps from Postgres.
+
+// State is what a scheduler polls of the accounting store.
+type State struct {
+	// Epoch is acct:epoch ("" while not bootstrapped).
+	Epoch string
+	// Seq is acct:seq (0 when absent).
+	Seq int64
+}
+
+// State reads acct:epoch and acct:seq in one round trip (one MGET: both
+// from the same instant).
+func (p *Publisher) State(ctx context.Context) (State, error) {
+	v, err := p.rdb.MGet(ctx, EpochKey, SeqKey).Result()
+	if err != nil {
+		return State{}, fmt.Errorf("accounting state: %w", err)
+	}
+	var st State
+	if s, ok := v[0].(string); ok {
+		st.Epoch = s
+	}
+	if s, ok := v[1].(string); ok {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return State{}, fmt.Errorf("accounting state: %s is not an integer: %q", SeqKey, s)
+		}
+		st.Seq = n
+	}
+	return st, nil
+}
+
+// SeqHighWater is the highest acct:seq this publisher has seen acknowledged
+// (bookings' replies and ObserveSeq). Read it before a State poll: a seq
+// the poll returns below it is a rollback.
+func (p *Publisher) SeqHighWater() int64 { return p.seqHigh.Load() }
+
+// ObserveSeq raises the high-water mark to seq.
+func (p *Publisher) ObserveSeq(seq int64) {
+	for {
+		cur := p.seqHigh.Load()
+		if seq <= cur || p.seqHigh.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
+}
+
+// ResetSeqHighWater sets the high-water mark to seq (a new epoch: the
+// sequence of the old one means nothing there).
+func (p *Publisher) ResetSeqHighWater(seq int64) { p.seqHigh.Store(seq) }
+
+// NewEpoch makes a bootstrap epoch whose generation is the Redis server's
+// clock now, so a later bootstrap's epoch is always newer (EpochGeneration).
+func (p *Publisher) NewEpoch(ctx context.Context) (string, error) {
+	t, err := p.rdb.Time(ctx).Result()
+	if err != nil {
+		return "", fmt.Errorf("accounting new epoch: TIME: %w", err)
+	}
+	return fmt.Sprintf("g%d-%s", t.UnixMicro(), uuid.NewString()), nil
+}
+
+// EpochGeneration is the generation of an epoch made by NewEpoch (Redis
+// clock at the bootstrap, µs), 0 for an epoch without one (written by an
+// older version).
+func EpochGeneration(epoch string) int64 {
+	rest, ok := strings.CutPrefix(epoch, "g")
+	if !ok {
+		return 0
+	}
+	num, _, ok := strings.Cut(rest, "-")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// Invalidate closes every show for booking and removes acct:epoch, if
+// acct:epoch is still epoch ("" = whatever it is): the booking script
+// answers "not seeded" everywhere until the loop leader re-bootstraps.
+// done is false when acct:epoch had changed (someone re-bootstrapped
+// meanwhile); shows is how many markers were removed.
+func (p *Publisher) Invalidate(ctx context.Context, epoch string) (done bool, shows int, err error) {
+	v, err := p.invalidate.Run(ctx, p.rdb, []string{EpochKey, ShowsKey}, epoch).Slice()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return false, 0, fmt.Errorf("accounting invalidate: %w", err)
+	}
+	code, _ := intAt(v, 0)
+	if code != 1 {
+		return false, 0, nil
+	}
+	n, _ := intAt(v, 1)
+	return true, int(n), nil
+}
+
+func newInvalidateScript() *redis.Script { return redis.NewScript(lua.Invalidate()) }
