@@ -78,9 +78,6 @@ if [ -n "$seeds" ]; then
   if [ ${#scenarios[@]} -gt 0 ]; then
     pattern=$(IFS='|'; echo "${scenarios[*]}" | tr ',' '|' | tr '[:lower:]' '[:upper:]')
   fi
-  bin="$logdir/sim.test"
-  echo "stress-test: building $pkg's tests with -race"
-  go test -race -c -o "$bin" "$pkg"
   # Expand the seed list (ranges) into seeds.
   list=()
   IFS=',' read -ra parts <<<"$seeds"
@@ -94,6 +91,9 @@ if [ -n "$seeds" ]; then
       *) [ "$p" -ge 1 ] || { echo "stress-test: seeds start at 1" >&2; exit 2; }; list+=("$p") ;;
     esac
   done
+  bin="$logdir/sim.test"
+  echo "stress-test: building $pkg's tests with -race"
+  go test -race -c -o "$bin" "$pkg"
   start_hogs
   failed=0 failed_seeds=() summary=()
   for seed in "${list[@]}"; do
