@@ -66,6 +66,9 @@ type envOpts struct {
 	Fixture func(e *env)
 	// Setup runs after the farm is seeded, before any process starts.
 	Setup func(e *env)
+	// VIP puts one more proxy in front of Postgres that every client goes
+	// through, the "virtual IP" a failover moves (env.vip).
+	VIP bool
 	// Queue overrides keys of the processes' queue section (the harness
 	// paces them fast: cluster_empty_sleep 200ms, ...); a test measuring
 	// a booking gap runs the production sleeps.
@@ -163,6 +166,9 @@ type env struct {
 	// wasManaged lists shows a test flipped to Cuebot during the run
 	// (their Redis keys legitimately remain).
 	wasManaged map[string]bool
+	// vip, with envOpts.VIP, is the database's address for every client
+	// (the daemons' proxies and the test's pool): a failover moves it.
+	vip *testenv.Proxy
 
 	fake   *fakerqd.Server
 	emu    *cuebotemu.Emulator
@@ -217,6 +223,13 @@ func newEnv(t *testing.T, o envOpts) *env {
 		t.Fatal(err)
 	}
 	e.dbURL = e.pg.URL("cue")
+	if o.VIP {
+		if e.vip, err = testenv.StartProxy(fmt.Sprintf("127.0.0.1:%d", e.pg.Port())); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.vip.Close)
+		e.dbURL = fmt.Sprintf("postgres://postgres@%s/cue?sslmode=disable", e.vip.Addr())
+	}
 	e.redisURL = e.rd.URL(0)
 	if err := cuebotdb.Setup(ctx, e.dbURL); err != nil {
 		t.Fatal(err)
@@ -357,7 +370,11 @@ func freeAddr(t testing.TB) string {
 // newDaemon creates the proxies and the configuration file of one process.
 func (e *env) newDaemon(role, name, pgParams string, extraYAML string) *daemon {
 	t := e.t
-	pgp, err := testenv.StartProxy(fmt.Sprintf("127.0.0.1:%d", e.pg.Port()))
+	pgTarget := fmt.Sprintf("127.0.0.1:%d", e.pg.Port())
+	if e.vip != nil {
+		pgTarget = e.vip.Addr()
+	}
+	pgp, err := testenv.StartProxy(pgTarget)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,10 @@
 package faults
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -152,4 +154,69 @@ func TestFaultRedisOlderSnapshot(t *testing.T) {
 		e.note("restored %s", sc.name)
 		e.finish(pick(90*time.Second, 3*time.Minute))
 	})
+}
+
+// TestFaultPostgresPromotion: the Cuebot database fails over as an HA
+// setup does it. A streaming replica is made of the primary
+// (pg_basebackup -R) before the run; mid-run the primary is stopped (fast
+// shutdown: its WAL reaches the standby, so no acknowledged commit is
+// lost), the standby is promoted, and the address every client uses (a
+// TCP "VIP" in front of the database) moves to it. The promoted server has
+// no logical slot (PostgreSQL < 17, or no failover slot): the sidecar,
+// started without --create-slot, finds Redis's checkpoint, re-creates the
+// slot and requests the re-bootstrap; no process exits, booking resumes
+// (the gap is measured and printed), and every invariant holds at the end.
+func TestFaultPostgresPromotion(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{Frames: pick(400, 800), VIP: true})
+	standby, err := e.pg.StartStandby(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(standby.Stop)
+	e.note("streaming replica started (port %d)", standby.Port())
+	e.run()
+	// The sidecar runs as its systemd unit does: --create-slot was for
+	// its first start only.
+	sc0 := e.sidecars[0]
+	sc0.mu.Lock()
+	sc0.args = slices.DeleteFunc(sc0.args, func(a string) bool { return a == "--create-slot" })
+	sc0.mu.Unlock()
+	sc0.crash(100 * time.Millisecond)
+	e.note("restarted %s without --create-slot", sc0.name)
+	e.waitSlotActive(30 * time.Second)
+	e.waitProgress(0.1, 60*time.Second)
+
+	stopAt := time.Now()
+	e.pg.StopServer("fast")
+	e.note("primary stopped (fast shutdown)")
+	if err := standby.Promote(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.vip.Retarget(fmt.Sprintf("127.0.0.1:%d", standby.Port()))
+	movedAt := time.Now()
+	e.note("standby promoted and the address moved to it, %s after the stop", movedAt.Sub(stopAt).Round(time.Millisecond))
+	e.disrupted(stopAt)
+
+	first, ok := e.firstLaunchAfter(movedAt, testenv.Patience(40*time.Second))
+	if !ok {
+		t.Fatal("no frame launched after the failover")
+	}
+	e.note("booking gap %s (first launch %s after the address moved)", first.Sub(stopAt).Round(time.Millisecond), first.Sub(movedAt).Round(time.Millisecond))
+	t.Logf("PostgreSQL failover: booking gap %s, first launch %s after the address moved",
+		first.Sub(stopAt).Round(time.Millisecond), first.Sub(movedAt).Round(time.Millisecond))
+	holder := e.waitSlotActive(60 * time.Second)
+	sc := e.daemonNamed(holder)
+	if sc == nil {
+		t.Fatalf("slot holder %q is not one of ours", holder)
+	}
+	m, err := sc.metrics(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := sum(m, "sidecar_slot_recreated_total"); n < 1 {
+		t.Errorf("sidecar_slot_recreated_total = %v after the failover, want >= 1", n)
+	}
+	e.note("%s streams the re-created slot on the promoted server", holder)
+	e.finish(pick(90*time.Second, 3*time.Minute))
 }

@@ -377,3 +377,54 @@ func tail(s string, n int) string {
 	}
 	return s[len(s)-n:]
 }
+
+// StartStandby makes a streaming replica of this cluster, as an HA setup
+// has one: pg_basebackup -R (WAL streamed, standby.signal and
+// primary_conninfo written) into a new temp dir, started on a new port
+// with the same settings. It answers read-only queries until Promote.
+func (p *Postgres) StartStandby(ctx context.Context) (*Postgres, error) {
+	if p.external {
+		return nil, errors.New("testenv: cannot make a standby of an external PostgreSQL")
+	}
+	dir, err := makeTempDir("pg")
+	if err != nil {
+		return nil, err
+	}
+	s := &Postgres{binDir: p.binDir, dir: dir, opts: p.opts, cred: p.cred}
+	s.opts.LogFile = ""
+	if s.cred != nil {
+		if err := os.Chown(dir, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("testenv: chown %s: %w", dir, err)
+		}
+	}
+	bb := s.command(filepath.Join(p.binDir, "pg_basebackup"), "-D", s.dataDir(), "-R", "-X", "stream",
+		"-h", "127.0.0.1", "-p", strconv.Itoa(p.port), "-U", "postgres", "--checkpoint=fast", "--no-sync")
+	if out, err := bb.CombinedOutput(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("testenv: pg_basebackup failed: %w\n%s", err, out)
+	}
+	if err := s.start(ctx); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// Promote ends recovery on a standby (pg_promote, waiting for it): it
+// becomes a primary on a new timeline.
+func (p *Postgres) Promote(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, p.adminURL)
+	if err != nil {
+		return fmt.Errorf("testenv: promote: %w", err)
+	}
+	defer conn.Close(ctx)
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_promote(true, 60)`).Scan(&ok); err != nil {
+		return fmt.Errorf("testenv: promote: %w", err)
+	}
+	if !ok {
+		return errors.New("testenv: promote: pg_promote returned false")
+	}
+	return nil
+}

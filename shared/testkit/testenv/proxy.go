@@ -55,8 +55,9 @@ func (p *Proxy) accept() {
 			c.Close()
 			continue
 		}
+		target := p.target
 		p.mu.Unlock()
-		up, err := net.Dial("tcp", p.target)
+		up, err := net.Dial("tcp", target)
 		if err != nil {
 			c.Close()
 			continue
@@ -92,6 +93,17 @@ func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = true
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+// Retarget forwards new connections to target and drops the open ones, as
+// a virtual IP moved to another server looks to its clients.
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
 	for c := range p.conns {
 		c.Close()
 	}
