@@ -33,8 +33,6 @@ type consumer struct {
 	rdb        redis.UniversalClient
 	pool       *pgxpool.Pool
 	ack        func(LSN)
-	saveState  *redis.Script
-	release    *redis.Script // lua.Release, called in the checkpoint-reading pipeline
 	flushEvery time.Duration
 	now        func() time.Time
 
@@ -376,7 +374,7 @@ func (c *consumer) flush(ctx context.Context, lsn LSN) error {
 		if err := c.redisCall(ctx, "advance checkpoint", func(ctx context.Context) error {
 			res, err := c.writeBatch(ctx, lsn, nil)
 			if err == nil {
-				c.setCheckpoint(max(lsn, res.stored))
+				c.setCheckpoint(max(lsn, LSN(res.StoredLSN)))
 			}
 			return err
 		}); err != nil {
@@ -693,9 +691,6 @@ func (c *consumer) planJobCaps(ctx context.Context, p *plan, ch *replication.Cha
 	return nil
 }
 
-// recordFields are read from acct:proc:{id} before a batch.
-var recordFields = []string{"show", "sub", "folder", "job", "layer", "point", "centi", "gpus"}
-
 // execute applies a plan to Redis: the release batch (with the checkpoint
 // and, in the same round trip, the loss check and the records for the
 // mismatch count), the managed-set save, cap writes, re-bootstrap request.
@@ -727,7 +722,7 @@ func (c *consumer) execute(ctx context.Context, txn *replication.Transaction, p 
 	}
 
 	if needBatch {
-		var res batchResult
+		var res publisher.ReleaseResult
 		if err := c.redisCall(ctx, "release batch", func(ctx context.Context) error {
 			var err error
 			res, err = c.writeBatch(ctx, txn.EndLSN, rels)
@@ -735,11 +730,11 @@ func (c *consumer) execute(ctx context.Context, txn *replication.Transaction, p 
 		}); err != nil {
 			return err
 		}
-		if res.applied {
+		if res.Applied {
 			c.setCheckpoint(max(c.checkpoint, txn.EndLSN))
-			c.m.releases.WithLabelValues("applied").Add(float64(res.released))
-			c.m.releases.WithLabelValues("already_released").Add(float64(res.already))
-			c.m.releases.WithLabelValues("unknown_proc").Add(float64(res.unknown))
+			c.m.releases.WithLabelValues("applied").Add(float64(res.Released))
+			c.m.releases.WithLabelValues("already_released").Add(float64(res.AlreadyReleased))
+			c.m.releases.WithLabelValues("unknown_proc").Add(float64(res.NeverBooked))
 			if len(rels) > 0 {
 				c.m.transactions.WithLabelValues("released").Inc()
 				lat := max(0, c.now().Sub(txn.CommitTime).Seconds())
@@ -751,10 +746,10 @@ func (c *consumer) execute(ctx context.Context, txn *replication.Transaction, p 
 		} else {
 			// Refused: the checkpoint is at or past this transaction (a
 			// replay after a restart, or another sidecar got there first).
-			c.setCheckpoint(max(c.checkpoint, res.stored))
+			c.setCheckpoint(max(c.checkpoint, LSN(res.StoredLSN)))
 			c.m.releases.WithLabelValues("skipped_replay").Add(float64(len(rels)))
 			c.m.transactions.WithLabelValues("replayed").Inc()
-			c.log.Debug("transaction already applied (LSN at or below the checkpoint)", "end_lsn", txn.EndLSN, "checkpoint", res.stored)
+			c.log.Debug("transaction already applied (LSN at or below the checkpoint)", "end_lsn", txn.EndLSN, "checkpoint", LSN(res.StoredLSN))
 		}
 	} else {
 		c.m.transactions.WithLabelValues("nothing").Inc()
@@ -833,150 +828,46 @@ func (c *consumer) decideFromRecords(ctx context.Context, p *plan, rels []releas
 	return out, nil
 }
 
-// batchResult is what the release script reported for one batch.
-type batchResult struct {
-	applied                    bool
-	stored                     LSN
-	released, already, unknown int
-}
-
-// maxPipelinedBatch is the largest batch sent as one script call in the
-// checkpoint-reading pipeline (the publisher's own chunk size); larger
-// source transactions go through publisher.ReleaseBatch, which splits them.
-const maxPipelinedBatch = 512
-
-// writeBatch applies one source transaction's releases with the release
-// script of package lua, in ONE pipelined round trip on one connection:
-//
-//	GET acct:sidecar:lsn; HMGET acct:proc:{id}...; EVALSHA release(lsn, ids)
-//
-// The GET tells whether Redis lost data since this sidecar's last write; as
-// it runs on the same connection right before the script, a Redis restart
-// hidden by the client's transparent retry (the whole pipeline is re-sent
-// to the new server) is still seen. The records feed the mismatch count.
-// The script's calling convention is the one documented in lua/release.lua
-// (the same the publisher uses).
-func (c *consumer) writeBatch(ctx context.Context, lsn LSN, rels []release) (batchResult, error) {
-	ids := make([]string, len(rels))
+// writeBatch applies one source transaction's releases exactly once with
+// publisher.ReleaseBatchObserved: the checkpoint read in the same round trip
+// (on the same connection, right before the script) tells whether Redis
+// lost data since this sidecar's last write, and the records read with it
+// feed the mismatch count.
+func (c *consumer) writeBatch(ctx context.Context, lsn LSN, rels []release) (publisher.ReleaseResult, error) {
+	batch := make([]publisher.Release, len(rels))
 	for i, r := range rels {
-		ids[i] = r.proc
+		batch[i] = publisher.Release{ProcID: r.proc}
 	}
-	if len(ids) > maxPipelinedBatch {
-		if err := c.noteCheckpoint(ctx, c.rdb.Get(ctx, publisher.LSNKey)); err != nil {
-			return batchResult{}, err
-		}
-		res, err := c.pub.ReleaseBatch(ctx, uint64(lsn), relsOf(ids))
-		if err != nil {
-			return batchResult{}, err
-		}
-		return batchResult{applied: res.Applied, stored: LSN(res.StoredLSN), released: res.Released, already: res.AlreadyReleased, unknown: res.NeverBooked}, nil
-	}
-	args := make([]any, 0, 3+len(ids))
-	args = append(args, "release", publisher.FormatLSN(uint64(lsn)), c.pub.TombstoneTTL().Milliseconds())
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	for attempt := 0; ; attempt++ {
-		pipe := c.rdb.Pipeline()
-		cp := pipe.Get(ctx, publisher.LSNKey)
-		recs := make([]*redis.SliceCmd, len(rels))
-		for i, r := range rels {
-			recs[i] = pipe.HMGet(ctx, publisher.ProcKey(r.proc), recordFields...)
-		}
-		ev := c.release.EvalSha(ctx, pipe, []string{publisher.SeqKey, publisher.LSNKey}, args...)
-		_, _ = pipe.Exec(ctx) // errors are per command, checked below
-		if err := cp.Err(); err != nil && !errors.Is(err, redis.Nil) {
-			return batchResult{}, err
-		}
-		if err := c.noteCheckpoint(ctx, cp); err != nil {
-			return batchResult{}, err
-		}
-		if err := ev.Err(); err != nil {
-			if attempt == 0 && isNoScript(err) {
-				// A restarted or failed-over Redis has an empty script
-				// cache; the GET and HMGETs changed nothing.
-				if err := c.release.Load(ctx, c.rdb).Err(); err != nil {
-					return batchResult{}, err
-				}
-				continue
-			}
-			return batchResult{}, err
-		}
-		for i, cmd := range recs {
-			if v := cmd.Val(); len(v) == len(recordFields) && v[0] != nil {
-				c.compare(rels[i], v)
-			}
-		}
-		return parseRelease(ev)
-	}
-}
-
-func isNoScript(err error) bool {
-	return errors.Is(err, redis.ErrNoScript) || strings.HasPrefix(err.Error(), "NOSCRIPT")
-}
-
-// parseRelease reads release.lua's reply: {1, released, already, unknown}
-// or {0, stored_lsn}.
-func parseRelease(ev *redis.Cmd) (batchResult, error) {
-	v, err := ev.Slice()
+	res, err := c.pub.ReleaseBatchObserved(ctx, uint64(lsn), batch, func(stored uint64, ok bool) error {
+		return c.noteCheckpoint(ctx, stored, ok)
+	})
 	if err != nil {
-		return batchResult{}, err
+		return publisher.ReleaseResult{}, err
 	}
-	num := func(i int) (int64, bool) {
-		if i >= len(v) {
-			return 0, false
+	for i, rec := range res.Records {
+		if rec != nil {
+			c.compare(rels[i], rec)
 		}
-		n, ok := v[i].(int64)
-		return n, ok
 	}
-	code, ok := num(0)
-	if !ok {
-		return batchResult{}, fmt.Errorf("release script: unexpected reply %v", v)
-	}
-	if code == 0 {
-		s, _ := v[1].(string)
-		stored, err := publisher.ParseLSN(s)
-		if err != nil {
-			return batchResult{}, fmt.Errorf("release script: stored LSN %q: %w", s, err)
-		}
-		return batchResult{applied: false, stored: LSN(stored)}, nil
-	}
-	r, ok1 := num(1)
-	d, ok2 := num(2)
-	u, ok3 := num(3)
-	if !ok1 || !ok2 || !ok3 {
-		return batchResult{}, fmt.Errorf("release script: unexpected reply %v", v)
-	}
-	return batchResult{applied: true, released: int(r), already: int(d), unknown: int(u)}, nil
-}
-
-func relsOf(ids []string) []publisher.Release {
-	if len(ids) == 0 {
-		return nil
-	}
-	out := make([]publisher.Release, len(ids))
-	for i, id := range ids {
-		out[i] = publisher.Release{ProcID: id}
-	}
-	return out
+	return res.ReleaseResult, nil
 }
 
 // compare counts differences between the stream's resolution and the
 // authoritative record.
-func (c *consumer) compare(r release, rec []any) {
+func (c *consumer) compare(r release, rec *publisher.ProcRecord) {
 	names := [5]string{"sub", "folder", "job", "layer", "point"}
 	for i, want := range r.keys {
-		got, _ := rec[1+i].(string)
+		got := rec.Keys[i]
 		if want != "" && got != want {
 			c.m.mismatches.WithLabelValues(names[i]).Inc()
 			c.log.Debug("release record names another key than the stream resolved", "proc", r.proc, "key", names[i], "record", got, "stream", want)
 		}
 	}
-	if s, _ := rec[6].(string); s != "" && s != fmt.Sprint(r.centi) {
+	if s := rec.Centi; s != "" && s != fmt.Sprint(r.centi) {
 		c.m.mismatches.WithLabelValues("cores").Inc()
 		c.log.Debug("release record charged other centicores than the deleted row held", "proc", r.proc, "record", s, "stream", r.centi)
 	}
-	if s, _ := rec[7].(string); s != "" && s != fmt.Sprint(r.gpus) {
+	if s := rec.GPUs; s != "" && s != fmt.Sprint(r.gpus) {
 		c.m.mismatches.WithLabelValues("gpus").Inc()
 	}
 }
@@ -1032,11 +923,8 @@ func (c *consumer) persistState(ctx context.Context, force bool) error {
 }
 
 func (c *consumer) saveStateValue(ctx context.Context, st managedState, force bool) error {
-	mode := ""
-	if force {
-		mode = "force"
-	}
-	return c.saveState.Run(ctx, c.rdb, []string{StateKey}, st.encode(), mode).Err()
+	_, err := c.pub.SaveSidecarState(ctx, st.encode(), force)
+	return err
 }
 
 // requestRebootstrap deletes acct:epoch, which tells the scheduler's
@@ -1122,7 +1010,11 @@ func (c *consumer) redisCall(ctx context.Context, what string, fn func(context.C
 // checkLoss reads the Redis checkpoint after a failed call (see
 // noteCheckpoint).
 func (c *consumer) checkLoss(ctx context.Context) error {
-	return c.noteCheckpoint(ctx, c.rdb.Get(ctx, publisher.LSNKey))
+	stored, ok, err := c.pub.Checkpoint(ctx)
+	if err != nil {
+		return err
+	}
+	return c.noteCheckpoint(ctx, stored, ok)
 }
 
 // noteCheckpoint compares the Redis checkpoint, read just before a write,
@@ -1130,21 +1022,7 @@ func (c *consumer) checkLoss(ctx context.Context) error {
 // (restart without persistence, failover to a lagging replica, flush), so
 // the sidecar requests a re-bootstrap and puts the managed-show set back
 // before it writes anything else.
-func (c *consumer) noteCheckpoint(ctx context.Context, cmd *redis.StringCmd) error {
-	v, err := cmd.Result()
-	ok := true
-	if errors.Is(err, redis.Nil) {
-		ok, err = false, nil
-	}
-	if err != nil {
-		return err
-	}
-	var stored uint64
-	if ok {
-		if stored, err = publisher.ParseLSN(v); err != nil {
-			return fmt.Errorf("%s holds %q: %w", publisher.LSNKey, v, err)
-		}
-	}
+func (c *consumer) noteCheckpoint(ctx context.Context, stored uint64, ok bool) error {
 	if (ok && LSN(stored) >= c.checkpoint) || (!ok && c.checkpoint == 0) {
 		return nil
 	}

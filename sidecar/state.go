@@ -15,17 +15,8 @@ import (
 
 // StateKey holds the managed-show set the sidecar derived from the stream,
 // with the LSN it is valid at: "<%016X LSN>\n<show id>\n<show id>...".
-const StateKey = "acct:sidecar:shows"
-
-// saveStateSrc writes the state unless the stored one is at least as new
-// (ARGV[2] = "force" overwrites: a new slot on another timeline).
-const saveStateSrc = `
-local cur = redis.call('GET', KEYS[1])
-if ARGV[2] ~= 'force' and cur and string.sub(cur, 1, 16) >= string.sub(ARGV[1], 1, 16) then
-  return 0
-end
-redis.call('SET', KEYS[1], ARGV[1])
-return 1`
+// It is written by publisher.SaveSidecarState.
+const StateKey = publisher.SidecarShowsKey
 
 // managedState is the set of scheduler-managed shows as of lsn.
 type managedState struct {
