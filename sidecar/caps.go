@@ -7,6 +7,18 @@ import (
 	"github.com/cuesched/cuesched/shared/replication"
 )
 
+// capCache is the cap mirror's memory: the caps last written to Redis,
+// so a row whose caps did not change (a counter update) writes nothing.
+type capCache struct {
+	subCaps    map[[2]string][2]int64 // (show, alloc) -> size, burst
+	folderCaps map[string][4]int64    // folder -> min, max cores, min, max gpus
+	jobCaps    map[string][3]int64    // job -> max cores, max gpus, priority
+}
+
+func newCapCache() capCache {
+	return capCache{subCaps: map[[2]string][2]int64{}, folderCaps: map[string][4]int64{}, jobCaps: map[string][3]int64{}}
+}
+
 func (c *consumer) planSub(p *plan, ch *replication.Change) {
 	if ch.Op != replication.Insert && ch.Op != replication.Update {
 		return

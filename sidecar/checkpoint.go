@@ -4,12 +4,27 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/cuesched/cuesched/publisher"
 )
 
 // flush advances the Redis checkpoint to lsn (an empty release batch) and
 // acknowledges it.
+// positions are the stream positions the sidecar tracks: what Redis'
+// checkpoint is known to hold and what was applied. The plain fields are
+// owned by the Apply goroutine; the atomic copies are for Status and health.
+type positions struct {
+	checkpoint   LSN // highest LSN the Redis checkpoint is known to hold
+	pending      LSN // applied, not yet covered by the checkpoint
+	pendingSince time.Time
+	applied      LSN
+
+	checkpointA atomic.Uint64
+	appliedA    atomic.Uint64
+}
+
 func (c *consumer) flush(ctx context.Context, lsn LSN) error {
 	if lsn > c.checkpoint {
 		if err := c.redisCall(ctx, "advance checkpoint", func(ctx context.Context) error {

@@ -38,17 +38,12 @@ type consumer struct {
 	ignored replication.Ignored
 
 	state        managedState // managed shows as of state.lsn (stream position)
-	c            *caches
+	c            *caches      // resolution caches and the cap mirror (resolve.go, caps.go)
 	cachesLoaded bool
-	checkpoint   LSN // highest LSN the Redis checkpoint is known to hold
-	pending      LSN // applied, not yet covered by the checkpoint
-	pendingSince time.Time
-	applied      LSN
+	positions    // the checkpoint and applied positions (checkpoint.go)
 
 	// For Status and health (read from other goroutines).
 	redisFail    atomic.Pointer[redisFailure]
-	checkpointA  atomic.Uint64
-	appliedA     atomic.Uint64
 	managedCount atomic.Int64
 }
 

@@ -20,15 +20,13 @@ type caches struct {
 	hostAlloc  map[string]string
 	jobs       map[string]jobInfo
 	folderShow map[string]string
-	subCaps    map[[2]string][2]int64 // (show, alloc) -> size, burst
-	folderCaps map[string][4]int64    // folder -> min, max cores, min, max gpus
-	jobCaps    map[string][3]int64    // job -> max cores, max gpus, priority
+	capCache   // the caps last written (caps.go); reset with the rest
 }
 
 func newCaches() *caches {
 	return &caches{
 		hostAlloc: map[string]string{}, jobs: map[string]jobInfo{}, folderShow: map[string]string{},
-		subCaps: map[[2]string][2]int64{}, folderCaps: map[string][4]int64{}, jobCaps: map[string][3]int64{},
+		capCache: newCapCache(),
 	}
 }
 
