@@ -5,7 +5,8 @@
 // # Key schema
 //
 // The five accounting hashes and the sequence are exactly those of the
-// reference design (../shared/spec/redis-accounting-reference.txt):
+// reference design, the Redis accounting of OpenCue's Rust scheduler that
+// upstream retired (README.md, "How the upstream failure modes are closed"):
 //
 //	acct:sub:{show}:{alloc}     size, burst, int_cores, int_gpus
 //	acct:folder:{folder}        int_min_cores, int_max_cores, int_min_gpus, int_max_gpus, int_cores, int_gpus, show_id
@@ -37,6 +38,8 @@
 //	acct:epoch          STRING bootstrap marker; absent = Redis is empty
 //	acct:bootstrap      STRING epoch of the bootstrap under way (or last begun)
 //	acct:sidecar:lsn    STRING last applied source-transaction LSN, %016X
+//	acct:sidecar:shows  STRING the sidecar's managed-show set: its LSN
+//	                          (%016X), then one show id a line
 //	acct:rep:{show}     HASH  open repair session of the show (gen), with
 //	acct:repc:{show}    HASH  its sums: cores per accounting key, and
 //	acct:repg:{show}    HASH  GPUs per accounting key (all with a TTL)
@@ -132,6 +135,13 @@
 // in a Redis another leader has (re-)bootstrapped: after a restart or a
 // FLUSHALL its epoch is unknown.
 //
+// SidecarState (sidecar_state.lua) saves the sidecar's managed-show set
+// unless the stored one is valid at the same or a later LSN (or
+// overwrites it in "force" mode: a new slot).
+//
+// The typed Go API over every script is package publisher, the only
+// package that loads or runs them (cmd/cuesched's import rules test it).
+//
 // Every script validates all of its arguments before its first write (Redis
 // does not roll a script back on error).
 //
@@ -174,6 +184,13 @@ var invalidateSrc string
 
 //go:embed resv_end.lua
 var resvEndSrc string
+
+//go:embed sidecar_state.lua
+var sidecarStateSrc string
+
+// SidecarState returns the source of the sidecar's managed-show set writer
+// (sidecar_state.lua).
+func SidecarState() string { return sidecarStateSrc }
 
 // ResvGrant returns the source of the reservation grant script
 // (resv_grant.lua).

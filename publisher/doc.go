@@ -1,7 +1,13 @@
 // Package publisher is the Go side of cuesched's Redis accounting scripts
 // (package lua): booking, rollback, release (single and LSN-checkpointed
-// batches), and the primitives the scheduler's reseed loops use (Mark,
-// Reconcile, Repair, WriteLimits, seeding markers, the bootstrap epoch).
+// batches, and the sidecar's pipelined ReleaseBatchObserved), and the
+// primitives the scheduler's reseed loops use (Mark, Reconcile, Repair,
+// WriteLimits, seeding markers, the bootstrap epoch), the sidecar's
+// managed-show set (SaveSidecarState), and the firm host reservation
+// scripts (Reservations). It is the only package that loads or runs a
+// script: no other production package imports package lua or calls
+// redis.NewScript or EVAL (a test in cmd/cuesched enforces it), so each
+// script's calling convention and reply are parsed in one place.
 //
 // # Hot path
 //

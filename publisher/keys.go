@@ -13,7 +13,10 @@ const (
 	BootstrapKey = "acct:bootstrap"
 	ShowsKey     = "acct:shows"
 	LSNKey       = "acct:sidecar:lsn"
-	procPrefix   = "acct:proc:"
+	// SidecarShowsKey holds the sidecar's managed-show set with the LSN it
+	// is valid at (see SaveSidecarState).
+	SidecarShowsKey = "acct:sidecar:shows"
+	procPrefix      = "acct:proc:"
 	// ResvIndexKey is the set of host ids holding a firm reservation
 	// (scheduler/reservations).
 	ResvIndexKey = "acct:resv:index"

@@ -50,7 +50,9 @@ type Publisher struct {
 	limits    *redis.Script
 	// invalidate closes every show when the state rolled back (lineage.go).
 	invalidate *redis.Script
-	repairSeq  atomic.Uint64
+	// sidecarState is sidecar_state.lua (SaveSidecarState).
+	sidecarState *redis.Script
+	repairSeq    atomic.Uint64
 	// seqHigh is the highest acct:seq seen acknowledged (lineage.go).
 	seqHigh atomic.Int64
 }
@@ -96,6 +98,8 @@ func New(client redis.UniversalClient, opts Options) (*Publisher, error) {
 		seed:       redis.NewScript(lua.Seed()),
 		limits:     redis.NewScript(lua.Limits()),
 		invalidate: newInvalidateScript(),
+
+		sidecarState: redis.NewScript(lua.SidecarState()),
 	}, nil
 }
 

@@ -27,15 +27,15 @@
 //
 // One committed source transaction is one unit. Its proc DELETEs whose show
 // is scheduler-managed at that point of the stream become one call of the
-// accounting release script (lua.Release, the script behind
-// publisher.ReleaseBatch) carrying the transaction's END LSN; the script
-// applies every release and stores the LSN in acct:sidecar:lsn in the same
-// atomic script, and refuses (as a whole) a batch whose LSN is not above the
-// stored one. The sidecar sends it in one pipelined round trip together with
-// a read of the checkpoint and of the per-proc records (see below);
-// transactions of more than 512 releases go through publisher.ReleaseBatch,
-// which splits them into chunks and relies on the records for the replayed
-// part. The sidecar acknowledges a
+// accounting release script (lua/release.lua, through
+// publisher.ReleaseBatchObserved) carrying the transaction's END LSN; the
+// script applies every release and stores the LSN in acct:sidecar:lsn in the
+// same atomic script, and refuses (as a whole) a batch whose LSN is not
+// above the stored one. The publisher sends it in one pipelined round trip
+// together with a read of the checkpoint and of the per-proc records (see
+// below); transactions of more than 512 releases go through
+// publisher.ReleaseBatch, which splits them into chunks and relies on the
+// records for the replayed part. The sidecar acknowledges a
 // position to PostgreSQL only after Redis holds a checkpoint at or beyond
 // it, so at all times
 //
@@ -107,7 +107,8 @@
 //     (acct:sidecar:shows: the LSN it is valid at and the managed show ids),
 //     written after the release batch of every transaction that flips a show
 //     and before that transaction is acknowledged, with its own fenced
-//     (monotonic LSN) script. On resume, the persisted set is valid at its
+//     (monotonic LSN) script (lua/sidecar_state.lua, through
+//     publisher.SaveSidecarState). On resume, the persisted set is valid at its
 //     LSN S; flips are re-applied only for transactions ending after S, and
 //     releases of transactions at or below the checkpoint are refused
 //     anyway, so every release decision after a restart uses the flag as of

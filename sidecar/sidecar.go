@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/cuesched/cuesched/lua"
 	"github.com/cuesched/cuesched/migrations"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/shared/metrics"
@@ -142,8 +141,6 @@ func New(cfg Config, rdb redis.UniversalClient) (*Sidecar, error) {
 	s := &Sidecar{cfg: cfg, log: log, m: m, rdb: rdb}
 	s.c = &consumer{
 		log: log, m: m, pub: pub, rdb: rdb,
-		saveState:  redis.NewScript(saveStateSrc),
-		release:    redis.NewScript(lua.Release()),
 		flushEvery: cfg.CheckpointInterval,
 		now:        time.Now,
 		state:      managedState{shows: map[string]bool{}},

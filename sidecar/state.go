@@ -15,17 +15,8 @@ import (
 
 // StateKey holds the managed-show set the sidecar derived from the stream,
 // with the LSN it is valid at: "<%016X LSN>\n<show id>\n<show id>...".
-const StateKey = "acct:sidecar:shows"
-
-// saveStateSrc writes the state unless the stored one is at least as new
-// (ARGV[2] = "force" overwrites: a new slot on another timeline).
-const saveStateSrc = `
-local cur = redis.call('GET', KEYS[1])
-if ARGV[2] ~= 'force' and cur and string.sub(cur, 1, 16) >= string.sub(ARGV[1], 1, 16) then
-  return 0
-end
-redis.call('SET', KEYS[1], ARGV[1])
-return 1`
+// It is written by publisher.SaveSidecarState.
+const StateKey = publisher.SidecarShowsKey
 
 // managedState is the set of scheduler-managed shows as of lsn.
 type managedState struct {
@@ -73,36 +64,10 @@ func loadState(ctx context.Context, rdb redis.UniversalClient) (managedState, bo
 	return st, true, nil
 }
 
-// jobInfo is what a release needs from a job row.
-type jobInfo struct{ show, folder, dept string }
-
-// caches resolve a deleted proc to its accounting keys and tell cap changes
-// apart from counter updates. They are kept fresh from the stream; misses
-// are filled by a query. Only the Apply goroutine touches them.
-type caches struct {
-	hostAlloc  map[string]string
-	jobs       map[string]jobInfo
-	folderShow map[string]string
-	subCaps    map[[2]string][2]int64 // (show, alloc) -> size, burst
-	folderCaps map[string][4]int64    // folder -> min, max cores, min, max gpus
-	jobCaps    map[string][3]int64    // job -> max cores, max gpus, priority
-}
-
-func newCaches() *caches {
-	return &caches{
-		hostAlloc: map[string]string{}, jobs: map[string]jobInfo{}, folderShow: map[string]string{},
-		subCaps: map[[2]string][2]int64{}, folderCaps: map[string][4]int64{}, jobCaps: map[string][3]int64{},
-	}
-}
-
-// Seed queries. Every column is text so both query paths (the snapshot's
-// simple protocol and pgx) read them alike.
-const (
-	seedManagedSQL = `SELECT pk_show::text FROM show WHERE b_scheduler_managed`
-	seedHostsSQL   = `SELECT pk_host::text, pk_alloc::text FROM host`
-	seedJobsSQL    = `SELECT pk_job::text, pk_show::text, pk_folder::text, pk_dept::text FROM job WHERE str_state <> 'FINISHED'`
-	seedFoldersSQL = `SELECT pk_folder::text, pk_show::text FROM folder`
-)
+// seedManagedSQL reads the managed shows. Every column of a seed query is
+// text so both query paths (the snapshot's simple protocol and pgx) read
+// them alike.
+const seedManagedSQL = `SELECT pk_show::text FROM show WHERE b_scheduler_managed`
 
 // textQuery runs sql and calls fn with each row's columns as text ("" for
 // NULL).
@@ -117,17 +82,16 @@ func seedManaged(ctx context.Context, q textQuery) (map[string]bool, error) {
 	return shows, nil
 }
 
-// seedCaches reads the host, job and folder rows the resolution needs.
-func seedCaches(ctx context.Context, q textQuery) (*caches, error) {
-	c := newCaches()
-	if err := q(ctx, seedHostsSQL, func(r []string) error { c.hostAlloc[r[0]] = r[1]; return nil }); err != nil {
-		return nil, fmt.Errorf("seed hosts: %w", err)
-	}
-	if err := q(ctx, seedJobsSQL, func(r []string) error { c.jobs[r[0]] = jobInfo{show: r[1], folder: r[2], dept: r[3]}; return nil }); err != nil {
-		return nil, fmt.Errorf("seed jobs: %w", err)
-	}
-	if err := q(ctx, seedFoldersSQL, func(r []string) error { c.folderShow[r[0]] = r[1]; return nil }); err != nil {
-		return nil, fmt.Errorf("seed folders: %w", err)
-	}
-	return c, nil
+// persistState saves the in-memory managed set (force: overwrite whatever
+// is stored, for a new slot or a reset).
+func (c *consumer) persistState(ctx context.Context, force bool) error {
+	st := c.state
+	return c.redisCall(ctx, "save managed shows", func(ctx context.Context) error {
+		return c.saveStateValue(ctx, st, force)
+	})
+}
+
+func (c *consumer) saveStateValue(ctx context.Context, st managedState, force bool) error {
+	_, err := c.pub.SaveSidecarState(ctx, st.encode(), force)
+	return err
 }

@@ -4,9 +4,10 @@
 // recompute and its dual write to the Postgres accounting tables. It also
 // holds the audit behind "cuesched accounting audit".
 //
-// The reference design (../shared/spec/redis-accounting-reference.txt) is
-// kept: the same keys and fields, whole cores in Redis, the booking script
-// as the hot path, Postgres' proc table as the truth. Upstream retired it
+// The reference design (the Redis accounting of OpenCue's Rust scheduler;
+// README.md, "How the upstream failure modes are closed") is kept: the
+// same keys and fields, whole cores in Redis, the booking script as the hot
+// path, Postgres' proc table as the truth. Upstream retired it
 // for a bug class (limit-seeding fail-closed, mass rejection,
 // double-booking, CAS starvation) and for being single-instance. Each is
 // closed here by construction, not by a backstop.

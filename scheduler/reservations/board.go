@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/cuesched/cuesched/lua"
 	"github.com/cuesched/cuesched/publisher"
 )
 
@@ -68,8 +67,7 @@ func newSnapshot(rs []Reservation, at time.Time) *snapshot {
 // concurrent use.
 type Board struct {
 	rdb      redis.UniversalClient
-	grant    *redis.Script
-	end      *redis.Script
+	scripts  *publisher.Reservations
 	snap     atomic.Pointer[snapshot]
 	mu       sync.Mutex // serialises snapshot writers
 	instance string
@@ -78,7 +76,7 @@ type Board struct {
 // NewBoard returns a board over rdb; instance names this scheduler in the
 // reservations it grants.
 func NewBoard(rdb redis.UniversalClient, instance string) *Board {
-	b := &Board{rdb: rdb, grant: redis.NewScript(lua.ResvGrant()), end: redis.NewScript(lua.ResvEnd()), instance: instance}
+	b := &Board{rdb: rdb, scripts: publisher.NewReservations(rdb), instance: instance}
 	b.snap.Store(newSnapshot(nil, time.Time{}))
 	return b
 }
@@ -213,30 +211,18 @@ func (b *Board) Grant(ctx context.Context, g GrantRequest) (Reservation, Refusal
 		return r, "", fmt.Errorf("reservations: grant timeout %v is below 1ms", g.Timeout)
 	}
 	r.GrantedBy = b.instance
-	args := []any{r.Host, r.HostName, r.Layer, r.Job, r.Show, r.Alloc, max(r.Cores, 0), max(r.MemKB, 0),
-		max(r.ReadyAt.UnixMilli(), 0), g.Timeout.Milliseconds(), r.GrantedBy, max(g.MaxGrants, 0), max(g.MaxAmong, 0),
-		r.LayerName, r.JobName}
-	for _, h := range g.Fitting {
-		args = append(args, h)
-	}
-	v, err := b.grant.Run(ctx, b.rdb, []string{publisher.ResvHostKey(r.Host), publisher.ResvIndexKey}, args...).Slice()
+	rep, err := b.scripts.GrantReservation(ctx, publisher.ReservationGrant{Host: r.Host, HostName: r.HostName,
+		Layer: r.Layer, LayerName: r.LayerName, Job: r.Job, JobName: r.JobName, Show: r.Show, Alloc: r.Alloc,
+		Centicores: r.Cores, MemKB: r.MemKB, ReadyAt: r.ReadyAt, Timeout: g.Timeout, GrantedBy: r.GrantedBy,
+		MaxGrants: g.MaxGrants, MaxAmong: g.MaxAmong, Fitting: g.Fitting})
 	if err != nil {
 		return r, "", fmt.Errorf("reservations: grant host %s to layer %s: %w", r.Host, r.Layer, err)
 	}
-	if len(v) == 0 {
-		return r, "", fmt.Errorf("reservations: grant: empty reply")
+	if !rep.Granted {
+		return r, Refusal(rep.Refusal), nil
 	}
-	if code, _ := v[0].(int64); code != 1 {
-		why := ""
-		if len(v) > 1 {
-			why, _ = v[1].(string)
-		}
-		return r, Refusal(why), nil
-	}
-	if len(v) >= 3 {
-		now, _ := v[1].(int64)
-		exp, _ := v[2].(int64)
-		r.GrantedAt, r.ExpiresAt = time.UnixMilli(now), time.UnixMilli(exp)
+	if !rep.GrantedAt.IsZero() {
+		r.GrantedAt, r.ExpiresAt = rep.GrantedAt, rep.ExpiresAt
 	}
 	b.update(func(m map[string]Reservation) { m[r.Host] = r })
 	return r, "", nil
@@ -245,16 +231,12 @@ func (b *Board) Grant(ctx context.Context, g GrantRequest) (Reservation, Refusal
 // End ends the host's reservation if layer owns it (layer "" : whoever
 // does). ended reports whether this call deleted it; owner is whose it was.
 func (b *Board) End(ctx context.Context, host, layer string) (ended bool, owner string, err error) {
-	v, err := b.end.Run(ctx, b.rdb, []string{publisher.ResvHostKey(host), publisher.ResvIndexKey}, host, layer).Slice()
+	rep, err := b.scripts.EndReservation(ctx, host, layer)
 	if err != nil {
 		return false, "", fmt.Errorf("reservations: end host %s: %w", host, err)
 	}
-	code, _ := v[0].(int64)
-	if len(v) > 1 {
-		owner, _ = v[1].(string)
-	}
-	if code == 2 {
-		return false, owner, nil
+	if rep.NotOwner {
+		return false, rep.Owner, nil
 	}
 	// Gone from Redis (by this call or before): gone from the snapshot.
 	b.update(func(m map[string]Reservation) {
@@ -262,5 +244,5 @@ func (b *Board) End(ctx context.Context, host, layer string) (ended bool, owner 
 			delete(m, host)
 		}
 	})
-	return code == 1, owner, nil
+	return rep.Ended, rep.Owner, nil
 }

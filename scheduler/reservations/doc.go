@@ -72,7 +72,7 @@
 // Redis holds acct:resv:host:{host} (a hash: owner layer and job, show,
 // allocation, the frame's cores and memory, ready_at, expires_at,
 // granted_at, granted_by, backfills) and the set acct:resv:index. Grants
-// (lua/resv_grant.lua) are atomic: two instances racing for one host, or
+// (lua/resv_grant.lua, through publisher.Reservations) are atomic: two instances racing for one host, or
 // for the last of the caps, cannot both win. Each instance keeps a snapshot
 // of the live reservations (Board), refreshed every
 // queue.reservations.refresh_interval and updated at once by its own grants
