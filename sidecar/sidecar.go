@@ -220,6 +220,10 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return nil
 	}
+	if errors.Is(err, replication.ErrSlotMissing) {
+		// Name what the operator sets, not the Go field.
+		return fmt.Errorf("%w: start one sidecar with --create-slot (or sidecar.create_slot: true) to create it", err)
+	}
 	return err
 }
 
