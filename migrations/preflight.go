@@ -17,6 +17,10 @@ type Requirements struct {
 	// Senders is how many WAL sender processes those slots keep busy.
 	// Active cuesched slots count towards it.
 	Senders int
+	// SchemaToCome skips the Cuebot-tables check: the caller creates the
+	// baseline schema right after (migrate up --baseline), so everything
+	// else is checked before anything is created.
+	SchemaToCome bool
 }
 
 // DefaultRequirements: one slot and sender for the sidecar, one for the
@@ -52,7 +56,7 @@ func PreflightWith(ctx context.Context, conn *pgx.Conn, req Requirements) error 
 		return err
 	}
 	var problems []string
-	if !st.CuebotSchema {
+	if !st.CuebotSchema && !req.SchemaToCome {
 		problems = append(problems, fmt.Sprintf(
 			"database %q is not a Cuebot database: tables %s are missing; point --database-url at Cuebot's database (or use --baseline to create a demo schema in an empty database)",
 			st.Database, strings.Join(st.MissingTables, ", ")))

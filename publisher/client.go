@@ -1,8 +1,11 @@
 package publisher
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -53,4 +56,30 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 		return nil, errors.New("redis: several addresses without a sentinel master name would mean Redis Cluster, which the accounting scripts do not support")
 	}
 	return redis.NewUniversalClient(opts), nil
+}
+
+// IsAuthError reports whether err is Redis refusing the credentials
+// (WRONGPASS, NOAUTH, or AUTH sent to a server without a password). Such an
+// error never heals by retrying.
+func IsAuthError(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") ||
+		(strings.Contains(msg, "AUTH") && strings.Contains(msg, "without any password configured"))
+}
+
+// CheckAuth pings Redis once at start-up. Refused credentials are returned
+// as an error (a daemon exits on it: retrying a wrong password only logs
+// forever); any other failure (unreachable, loading) returns nil and is
+// left to the daemon's retries. The error never contains the URL.
+func CheckAuth(ctx context.Context, rdb redis.UniversalClient) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); IsAuthError(err) {
+		return fmt.Errorf("redis refused the credentials (%v): fix the password or user in accounting.redis_url "+
+			"(CUESCHED_ACCOUNTING_REDIS_URL, or --redis-url)", err)
+	}
+	return nil
 }

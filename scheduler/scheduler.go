@@ -159,6 +159,11 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		}
 		s.ownRedis = true
 	}
+	// A wrong Redis password never heals: stop now rather than retry it
+	// forever.
+	if err := publisher.CheckAuth(ctx, s.rdb); err != nil {
+		return nil, fmt.Errorf("accounting: %w", err)
+	}
 	s.Publisher, err = publisher.New(s.rdb, publisher.Options{Logger: log, Registerer: d.Registerer})
 	if err != nil {
 		return nil, err

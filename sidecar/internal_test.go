@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cuesched/cuesched/shared/replication"
 )
 
 func TestStateEncoding(t *testing.T) {
@@ -58,5 +60,41 @@ func TestReasonLabels(t *testing.T) {
 		if got := reasonLabel(reason); got != want {
 			t.Errorf("reasonLabel(%q) = %q, want %q", reason, got, want)
 		}
+	}
+}
+
+// TestJobCapsPrunedWhenTheJobEnds: the job-cap cache (what was last written
+// for a job, so unchanged caps are not rewritten) loses a job when the job
+// finishes, is deleted, or the job table is truncated; it used to keep
+// every job the sidecar ever saw.
+func TestJobCapsPrunedWhenTheJobEnds(t *testing.T) {
+	c := &consumer{c: newCaches()}
+	cols := []replication.Column{{Name: "pk_job"}, {Name: "pk_show"}, {Name: "pk_folder"}, {Name: "pk_dept"}, {Name: "str_state"}}
+	b := replication.NewRowBuilder(cols)
+	row := func(job, state string) replication.Row {
+		return b.Row(replication.Value(job), replication.Value("show"), replication.Value("folder"), replication.Value("dept"), replication.Value(state))
+	}
+	for _, j := range []string{"j1", "j2", "j3", "j4"} {
+		c.c.jobCaps[j] = [3]int64{100, 1, 50}
+		c.planJob(&replication.Change{Op: replication.Insert, New: row(j, "PENDING")})
+	}
+	c.planJob(&replication.Change{Op: replication.Update, New: row("j1", "PENDING")})
+	if _, ok := c.c.jobCaps["j1"]; !ok {
+		t.Fatal("a pending job's caps were dropped")
+	}
+	c.planJob(&replication.Change{Op: replication.Update, New: row("j1", "FINISHED")})
+	c.planJob(&replication.Change{Op: replication.Delete, Old: replication.NewRow(cols[:1], []replication.Datum{replication.Value("j2")})})
+	if _, ok := c.c.jobCaps["j1"]; ok {
+		t.Error("finished job still cached")
+	}
+	if _, ok := c.c.jobCaps["j2"]; ok {
+		t.Error("deleted job still cached")
+	}
+	if len(c.c.jobCaps) != 2 {
+		t.Errorf("job caps = %v, want j3 and j4", c.c.jobCaps)
+	}
+	c.planJob(&replication.Change{Op: replication.Truncate})
+	if len(c.c.jobCaps) != 0 {
+		t.Errorf("job caps after TRUNCATE job = %v", c.c.jobCaps)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/cuesched/cuesched/shared/cuebot"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cuesched/cuesched/shared/replication"
@@ -68,6 +70,10 @@ func (c *consumer) planHost(ch *replication.Change) {
 	}
 }
 
+// planJob keeps the job cache and prunes the job-cap cache: a job that
+// finished or was deleted has no caps to compare any more (its
+// job_resource row goes with it), so its entry would only grow the map
+// for the life of the sidecar.
 func (c *consumer) planJob(ch *replication.Change) {
 	switch ch.Op {
 	case replication.Insert, replication.Update:
@@ -78,10 +84,16 @@ func (c *consumer) planJob(ch *replication.Change) {
 		if ok1 && ok2 && ok3 && ok4 {
 			c.c.jobs[id] = jobInfo{show: show, folder: folder, dept: dept}
 		}
+		if state, ok := col(ch.New, "str_state"); ok1 && ok && state == string(cuebot.JobFinished) {
+			delete(c.c.jobCaps, id)
+		}
 	case replication.Delete:
 		if id, ok := col(ch.Old, "pk_job"); ok {
 			delete(c.c.jobs, id)
+			delete(c.c.jobCaps, id)
 		}
+	case replication.Truncate:
+		clear(c.c.jobCaps)
 	}
 }
 

@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/cuesched/cuesched/shared/cli"
-
 	"github.com/hashicorp/go-hclog"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cuesched/cuesched/shared/cli"
+	"github.com/cuesched/cuesched/shared/logging"
 )
 
 // Set by -ldflags at build time.
@@ -45,7 +47,14 @@ fake RQD are in the lab binary, cuesched-lab.
 }
 
 func main() {
-	c := &cli.Env{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, Logger: hclog.NewNullLogger()}
+	// go-redis logs through a package-global logger of its own, which
+	// writes raw text to stderr and would break logging.format: json. Set
+	// it here, once for the process (never in a library or a test), to an
+	// adapter that a daemon points at its hclog logger (cli.Env.UseLogger).
+	redisLog := logging.NewRedisLog(os.Stderr)
+	redis.SetLogger(redisLog)
+	c := &cli.Env{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, Logger: hclog.NewNullLogger(),
+		UseLogger: func(l hclog.Logger) { redisLog.Use(l.Named("redis")) }}
 	os.Exit(run(context.Background(), c, os.Args[1:]))
 }
 

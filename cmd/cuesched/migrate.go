@@ -176,6 +176,14 @@ func migratePlan(ctx context.Context, w io.Writer, conn *pgx.Conn, baseline bool
 
 func migrateUp(ctx context.Context, w io.Writer, conn *pgx.Conn, baseline bool) error {
 	if baseline {
+		// Check the server first (wal_level, slots, role): a baseline
+		// created on a server that cannot take the rollout would be left
+		// behind by a preflight failure that says nothing was changed.
+		req := migrations.DefaultRequirements()
+		req.SchemaToCome = true
+		if err := migrations.PreflightWith(ctx, conn, req); err != nil {
+			return err
+		}
 		if err := migrations.ApplyBaseline(ctx, conn); err != nil {
 			return err
 		}

@@ -177,6 +177,28 @@ func TestMigrateFailsOnReplicaWALLevel(t *testing.T) {
 	if err := pg.CreateDatabase(ctx, "cuebot", ""); err != nil {
 		t.Fatal(err)
 	}
+	// up --baseline on an empty database of that server: refused by the
+	// preflight before the baseline is created, so "nothing was changed"
+	// is true (the baseline used to be created first and left behind).
+	if err := pg.CreateDatabase(ctx, "empty", ""); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runMigrateT(t, nil, "up", "--baseline", "--database-url", pg.URL("empty"))
+	if code != 1 || !strings.Contains(errs, `wal_level is "replica"`) || !strings.Contains(errs, "nothing was changed") ||
+		strings.Contains(errs, "not a Cuebot database") || out != "" {
+		t.Fatalf("up --baseline with wal_level=replica: exit %d\nstdout %q\nstderr %s", code, out, errs)
+	}
+	econn, err := pgx.Connect(ctx, pg.URL("empty"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer econn.Close(ctx)
+	var rels int
+	if err := econn.QueryRow(ctx, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = 'public'`).Scan(&rels); err != nil || rels != 0 {
+		t.Fatalf("refused up --baseline created %d relations (%v)", rels, err)
+	}
+
 	url := pg.URL("cuebot")
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -187,7 +209,7 @@ func TestMigrateFailsOnReplicaWALLevel(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	code, out, errs := runMigrateT(t, nil, "up", "--database-url", url)
+	code, out, errs = runMigrateT(t, nil, "up", "--database-url", url)
 	if code != 1 || !strings.Contains(errs, `wal_level is "replica"`) || !strings.Contains(errs, "wal_level = logical in postgresql.conf") ||
 		!strings.Contains(errs, "restart PostgreSQL") || out != "" {
 		t.Fatalf("up with wal_level=replica: exit %d\nstdout %q\nstderr %s", code, out, errs)

@@ -66,6 +66,9 @@ func runScheduler(ctx context.Context, c *cli.Env, args []string) int {
 		fmt.Fprintf(c.Stderr, "cuesched scheduler: %v\n", err)
 		return 1
 	}
+	if c.UseLogger != nil {
+		c.UseLogger(d.Logger)
+	}
 	// Batches in flight finish their commit, launches and compensations
 	// on a detached context: wait for them (config.DispatchBudget).
 	d.DrainTimeout = cfg.DispatchBudget().Drain

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -111,5 +112,54 @@ func TestSchedulerCLIDryRun(t *testing.T) {
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("exit code %d; stderr:\n%s", code, errb.String())
+	}
+}
+
+// withWrongPassword rewrites a test Redis URL to a user and password the
+// server refuses (no server setting changes: the user does not exist).
+func withWrongPassword(t *testing.T, redisURL string) string {
+	t.Helper()
+	u, err := url.Parse(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("cuesched_nobody", "s3cret-wrong")
+	return u.String()
+}
+
+// A wrong Redis password stops the daemons at start-up with a clear error
+// (it used to be retried forever, two WARN lines a second), without the
+// password in the output; the daemon's logger reached cli.Env.UseLogger
+// (go-redis's lines follow it).
+func TestDaemonsRefuseWrongRedisPassword(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "cfg.yaml")
+	if err := os.WriteFile(path, []byte("metrics:\n  listen: \"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"CUESCHED_DATABASE_URL": cuebotdb.Database(t),
+		"CUESCHED_ACCOUNTING_REDIS_URL": withWrongPassword(t, testenv.NewRedisDB(t))}
+	for _, cmd := range []struct {
+		name string
+		run  func(context.Context, *cli.Env, []string) int
+	}{{"scheduler", runScheduler}, {"sidecar", runSidecar}} {
+		t.Run(cmd.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience(30*time.Second))
+			defer cancel()
+			out, errb := &clitest.SyncBuffer{}, &clitest.SyncBuffer{}
+			var used hclog.Logger
+			c := &cli.Env{Stdout: out, Stderr: errb, Getenv: func(k string) string { return env[k] }, Logger: hclog.NewNullLogger(),
+				UseLogger: func(l hclog.Logger) { used = l }}
+			code := cmd.run(ctx, c, []string{"--config", path})
+			if code != 1 || !strings.Contains(errb.String(), "redis refused the credentials") || !strings.Contains(errb.String(), "accounting.redis_url") {
+				t.Fatalf("code %d, stderr %q", code, errb.String())
+			}
+			if strings.Contains(errb.String()+out.String(), "s3cret-wrong") {
+				t.Errorf("the password is in the output: %q", errb.String())
+			}
+			if used == nil {
+				t.Errorf("%s never handed its logger to UseLogger", cmd.name)
+			}
+		})
 	}
 }

@@ -52,11 +52,19 @@ func runSidecar(ctx context.Context, c *cli.Env, args []string) int {
 		fmt.Fprintf(c.Stderr, "cuesched sidecar: %v\n", err)
 		return 1
 	}
+	if c.UseLogger != nil {
+		c.UseLogger(d.Logger)
+	}
 	rdb, err := publisher.NewClient(publisher.ClientConfig{
 		URL: cfg.Accounting.RedisURL, MasterName: cfg.Accounting.SentinelMaster,
 		SentinelAddrs: cfg.Accounting.SentinelAddrs, PoolSize: cfg.Accounting.RedisPoolSize,
 	})
 	if err != nil {
+		fmt.Fprintf(c.Stderr, "cuesched sidecar: accounting: %v\n", err)
+		return 1
+	}
+	if err := publisher.CheckAuth(ctx, rdb); err != nil {
+		_ = rdb.Close()
 		fmt.Fprintf(c.Stderr, "cuesched sidecar: accounting: %v\n", err)
 		return 1
 	}

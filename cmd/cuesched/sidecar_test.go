@@ -63,8 +63,9 @@ func TestSidecarCLIUsageAndErrors(t *testing.T) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	code, errb = runSidecarT(cctx, env)
-	if code != 1 || !strings.Contains(errb.String(), "does not exist") {
-		t.Errorf("missing slot: code %d, stderr %q", code, errb.String())
+	if code != 1 || !strings.Contains(errb.String(), "does not exist") || !strings.Contains(errb.String(), "--create-slot") ||
+		strings.Contains(errb.String(), "CreateSlot") {
+		t.Errorf("missing slot: code %d, stderr %q (want the flag named, not the Go field)", code, errb.String())
 	}
 }
 

@@ -2,13 +2,16 @@ package dispatch_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -586,6 +589,7 @@ type blockingLauncher struct {
 	mu       sync.Mutex
 	launches int
 	kills    []string
+	killErr  error // what kills answer (nil: success)
 }
 
 func (b *blockingLauncher) LaunchFrame(ctx context.Context, host string, rf *rqdpb.RunFrame) error {
@@ -600,7 +604,7 @@ func (b *blockingLauncher) KillRunningFrame(ctx context.Context, host, frameID, 
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.kills = append(b.kills, frameID)
-	return ctx.Err()
+	return b.killErr
 }
 
 // TestLaunchUsingItsWholeBudgetIsCompensated: launches that block until
@@ -642,4 +646,64 @@ func TestLaunchUsingItsWholeBudgetIsCompensated(t *testing.T) {
 	if bl.launches != 2 || len(bl.kills) != 2 {
 		t.Errorf("launches %d kills %d, want 2 and 2", bl.launches, len(bl.kills))
 	}
+}
+
+// TestFailedKillAfterUncertainLaunchIsCounted: a launch whose outcome is
+// unknown (its deadline passed) is compensated with a best-effort kill;
+// when that kill fails too, the frame may run untracked on its host, so it
+// is logged at WARN and counted, not dropped at debug level.
+func TestFailedKillAfterUncertainLaunchIsCounted(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	bl := &blockingLauncher{killErr: errors.New("rqd unreachable")}
+	reg := prometheus.NewRegistry()
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := hclog.New(&hclog.LoggerOptions{Output: lockedWriter{&mu, &logs}, Level: hclog.Info})
+	d := dispatch.New(h.pool, h.pub, bl, dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144,
+		StrandedMemKB: 2 * farmseed.GB, SoftLimit: 1.6, HardLimit: 2,
+		LaunchTimeout: 100 * time.Millisecond, CompensateTimeout: testenv.Patience(20 * time.Second)},
+		dispatch.Options{Registerer: reg, Logger: log})
+	host := h.host(farmseed.HostSpec{Cores: 8, MemKB: 32 * farmseed.GB})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 2, NotThreadable: true}}})
+	l := h.layers(j)[0]
+	if res := d.Dispatch(context.Background(), l, l.Frames, host); len(res.LaunchFailed) != 2 {
+		t.Fatalf("result = %+v", res)
+	}
+	if got := counterValue(t, reg, "scheduler_dispatch_kill_failures_total"); got != 2 {
+		t.Errorf("scheduler_dispatch_kill_failures_total = %v, want 2", got)
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if !strings.Contains(out, "[WARN]") || !strings.Contains(out, "best-effort kill after a failed launch failed") {
+		t.Errorf("no WARN for the failed kill:\n%s", out)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *strings.Builder
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+// counterValue reads a registered counter without labels.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("metric %s not registered", name)
+	return 0
 }

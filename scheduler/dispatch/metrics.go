@@ -11,6 +11,7 @@ type metrics struct {
 	launchDuration   prometheus.Histogram
 	launchFailures   prometheus.Counter
 	compensations    *prometheus.CounterVec
+	killFailures     prometheus.Counter
 	accountingErrors *prometheus.CounterVec
 }
 
@@ -52,6 +53,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "scheduler_dispatch_compensations_total",
 			Help: "Compensations of failed launches, by result (restored, already_released, error).",
 		}, []string{"result"}),
+		killFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scheduler_dispatch_kill_failures_total",
+			Help: "Best-effort KillRunningFrame calls after a failed launch that failed themselves: the frame may be running untracked on its host until the host's next report.",
+		}),
 		accountingErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scheduler_dispatch_accounting_errors_total",
 			Help: "Redis rollbacks or releases that failed (healed by the recompute), by operation.",
@@ -59,7 +64,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.frames, m.timeToBook, m.batches, m.batchDuration, m.txDuration, m.launchDuration,
-			m.launchFailures, m.compensations, m.accountingErrors)
+			m.launchFailures, m.compensations, m.killFailures, m.accountingErrors)
 	}
 	return m
 }

@@ -321,7 +321,13 @@ func (d *Dispatcher) compensate(ctx context.Context, h Host, p planned, version 
 		kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		if err := d.rqd.KillRunningFrame(kctx, h.Name, p.frame.ID, "cuesched: launch failed, frame returned to the queue"); err != nil {
-			d.log.Debug("best-effort kill failed", "host", h.Name, "frame", p.frame.ID, "error", err)
+			// The launch's outcome is unknown (a deadline, a lost
+			// connection): the frame may be running on the host although
+			// it is WAITING again. Until RQD's next report makes Cuebot
+			// kill it, it may run twice.
+			d.m.killFailures.Inc()
+			d.log.Warn("best-effort kill after a failed launch failed; the frame may still run on the host until its RQD reports it",
+				"host", h.Name, "frame", p.frame.Name, "frame_id", p.frame.ID, "launch_error", cause, "error", err)
 		}
 	}
 	return after, restored

@@ -21,6 +21,10 @@ type Env struct {
 	Stdout, Stderr io.Writer
 	Getenv         func(string) string
 	Logger         hclog.Logger
+	// UseLogger, when set, is called by a daemon with its logger once its
+	// configuration is loaded, so process-wide log sinks the binary set up
+	// in main (go-redis's logger) follow logging.format and level.
+	UseLogger func(hclog.Logger)
 }
 
 // Command is one entry of a binary's command table.

@@ -426,7 +426,7 @@ func (s *Stream) prepare(ctx context.Context, conn *pgconn.PgConn) (LSN, error) 
 	}
 	if !found {
 		if !s.cfg.CreateSlot && !s.resync && !s.mayCreate(ctx, "missing") {
-			return 0, fmt.Errorf("%w: %q (create it, or set CreateSlot)", ErrSlotMissing, s.cfg.Slot)
+			return 0, fmt.Errorf("%w: %q", ErrSlotMissing, s.cfg.Slot)
 		}
 		lsn, err := s.createWithSnapshot(ctx, conn, false)
 		if err == nil {
