@@ -13,6 +13,7 @@ import (
 	"github.com/cuesched/cuesched/migrations"
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/accounting"
+	schedexplain "github.com/cuesched/cuesched/scheduler/explain"
 	"github.com/cuesched/cuesched/scheduler/reservations"
 )
 
@@ -52,6 +53,11 @@ type StatusReport struct {
 	Audit *AuditSummary `json:"audit,omitempty"`
 	// AuditSkipped says why there is no audit ("" when there is one).
 	AuditSkipped string `json:"audit_skipped,omitempty"`
+	// SilentProcs are procs of managed shows older than their layer's
+	// longest frame on hosts whose RQD has not reported for
+	// schedexplain.SilentAfter: probably dead with their RQD, RUNNING and
+	// booked until Cuebot clears them.
+	SilentProcs []schedexplain.SilentProc `json:"silent_procs,omitempty"`
 	// Attention lists what an operator should act on; empty means healthy.
 	Attention []string `json:"attention"`
 }
@@ -151,6 +157,23 @@ func (t *Tool) Status(ctx context.Context, o StatusOptions) (*StatusReport, erro
 			attention("%d show(s) are scheduler-managed but no scheduler is connected and nobody holds the accounting loop lock", rep.ManagedShows)
 		case r.Leader == nil:
 			attention("no scheduler holds the accounting loop lock: recompute, limit reseed and seeding of flipped shows are not running")
+		}
+	}
+	if rep.SchedulerManagedColumn && rep.CuebotSchema {
+		sp, err := schedexplain.SilentProcs(ctx, t.pool, schedexplain.SilentAfter)
+		if err != nil {
+			attention("could not look for procs on silent hosts: %v", err)
+		}
+		r.SilentProcs = sp
+		if len(sp) > 0 {
+			var cores int64
+			for _, p := range sp {
+				cores += p.Cores
+			}
+			p := sp[0]
+			attention("%d proc(s) of managed shows (%d cores) have run past their layer's longest frame on hosts whose RQD has not reported for over %s "+
+				"(e.g. %s/%s on %s: %s old, host silent for %s): their frames stay RUNNING and their cores booked until Cuebot clears the procs; check those RQDs (rollout runbook: RQD dies mid-frame)",
+				len(sp), cores/100, schedexplain.SilentAfter, p.Job, p.Frame, p.Host, p.Age, p.Silent)
 		}
 	}
 	for _, s := range ob.slots {

@@ -153,3 +153,38 @@ func TestStatusEmptyFarmIsHealthy(t *testing.T) {
 	}
 	contains(t, "status", out, "loop leader: none", "instances:\n  none connected", "no cuesched* slot", "not given", "not audited (no Redis given)", "status: OK")
 }
+
+// TestStatusWarnsOfProcsOnSilentHosts: RQD died mid-frame. Its host stops
+// reporting (host_stat.ts_ping goes stale) and its frames stay RUNNING with
+// their cores booked until Cuebot clears the procs; cuesched cannot, but
+// status names them once they have outlived their layer's longest frame.
+func TestStatusWarnsOfProcsOnSilentHosts(t *testing.T) {
+	t.Parallel()
+	f := newFarm(t)
+	f.exec(t, `UPDATE show SET b_scheduler_managed = true WHERE pk_show = $1`, f.alpha.ID)
+	tl := f.tool(t, false)
+	silentWarning := "run past their layer's longest frame on hosts whose RQD has not reported"
+
+	// Young procs, the host reporting: nothing to say.
+	f.exec(t, `INSERT INTO layer_usage (pk_layer_usage, pk_layer, pk_job)
+		SELECT DISTINCT ON (p.pk_layer) gen_random_uuid()::text, p.pk_layer, p.pk_job FROM proc p
+		WHERE NOT EXISTS (SELECT 1 FROM layer_usage lu WHERE lu.pk_layer = p.pk_layer)`)
+	f.exec(t, `UPDATE layer_usage SET int_clock_time_high = 600`) // the layer's longest frame: 10 min
+	rep, out := statusOf(t, tl, false)
+	if len(rep.SilentProcs) != 0 || strings.Contains(out, silentWarning) {
+		t.Fatalf("healthy procs reported:\n%s", out)
+	}
+	// The procs are older than the layer's longest frame, but the host
+	// still reports: a slow frame, not a dead RQD.
+	f.exec(t, `UPDATE proc SET ts_booked = now() - interval '2 hours'`)
+	if rep, _ = statusOf(t, tl, false); len(rep.SilentProcs) != 0 {
+		t.Fatalf("procs on a reporting host: %+v", rep.SilentProcs)
+	}
+	// The host went silent ten minutes ago.
+	f.exec(t, `UPDATE host_stat SET ts_ping = now() - interval '10 minutes'`)
+	rep, out = statusOf(t, tl, false)
+	if len(rep.SilentProcs) != 2 || rep.Healthy() {
+		t.Fatalf("silent procs = %+v\n%s", rep.SilentProcs, out)
+	}
+	contains(t, "status", out, silentWarning, "2 proc(s)", "5 cores", "node1")
+}

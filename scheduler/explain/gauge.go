@@ -21,7 +21,8 @@ type Gauge struct {
 	// GPUProtection mirrors queue.gpu_protection (the strand reason).
 	GPUProtection bool
 
-	vec *prometheus.GaugeVec
+	vec    *prometheus.GaugeVec
+	silent *prometheus.GaugeVec
 }
 
 // NewGauge registers the gauge.
@@ -33,10 +34,16 @@ func NewGauge(db DB, interval time.Duration, leader func() bool, logger hclog.Lo
 		vec: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cuesched_waiting_frames",
 			Help: "Waiting frames of scheduler-managed shows by the one reason each waits (see `cuesched explain`).",
-		}, []string{"show", "reason"})}
+		}, []string{"show", "reason"}),
+		silent: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cuesched_procs_on_silent_hosts",
+			Help: "Procs of managed shows older than their layer's longest successful frame on hosts whose RQD has not reported (host_stat.ts_ping) for 3 minutes: frames probably dead with their RQD, RUNNING and booked until Cuebot clears the procs.",
+		}, []string{"show"})}
 	if reg != nil {
-		if err := reg.Register(g.vec); err != nil {
-			return nil, err
+		for _, c := range []prometheus.Collector{g.vec, g.silent} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return g, nil
@@ -60,8 +67,10 @@ func (g *Gauge) Run(ctx context.Context) error {
 func (g *Gauge) Update(ctx context.Context) {
 	if g.Leader != nil && !g.Leader() {
 		g.vec.Reset()
+		g.silent.Reset()
 		return
 	}
+	g.updateSilent(ctx)
 	counts, err := Waiting(ctx, g.DB, g.GPUProtection)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -83,5 +92,25 @@ func (g *Gauge) Update(ctx context.Context) {
 	}
 	for _, c := range counts {
 		g.vec.WithLabelValues(c.Show, string(c.Reason)).Set(float64(c.Frames))
+	}
+}
+
+// updateSilent replaces cuesched_procs_on_silent_hosts{show}.
+func (g *Gauge) updateSilent(ctx context.Context) {
+	ps, err := SilentProcs(ctx, g.DB, SilentAfter)
+	if err != nil {
+		if ctx.Err() == nil {
+			g.Logger.Warn("count of procs on silent hosts failed", "error", err)
+		}
+		return
+	}
+	g.silent.Reset()
+	for _, p := range ps {
+		g.silent.WithLabelValues(p.Show).Inc()
+	}
+	if len(ps) > 0 {
+		p := ps[0]
+		g.Logger.Warn("procs run past their layer's longest frame on hosts whose RQD stopped reporting; they stay RUNNING and booked until Cuebot clears them",
+			"procs", len(ps), "example_host", p.Host, "example_frame", p.Job+"/"+p.Frame, "age", p.Age, "host_silent_for", p.Silent)
 	}
 }
