@@ -127,7 +127,8 @@ func drawPanel(img *image.RGBA, p Panel, y0 int, tmax float64) {
 			}
 			ymax = math.Max(ymax, sum)
 		}
-		ymax = niceCeil(ymax)
+		// Four grid steps of a round size.
+		ymax = 4 * niceCeil(ymax/4)
 	}
 	grey := color.RGBA{210, 210, 210, 255}
 	for i := 0; i <= 4; i++ {
