@@ -346,7 +346,7 @@ loop:
 			if _, err := e.Pool.Exec(ctx, `UPDATE job SET b_paused = false WHERE str_name = $1`, e.Farm.WideJob); err == nil {
 				tl.wideAt = now.Sub(start).Seconds()
 				if !o.Interactive {
-					fmt.Fprintf(o.Out, "submitted %s: %d wide frames (40 cores each)\n", e.Farm.WideJob, wideFrames)
+					fmt.Fprintf(o.Out, "submitted %s: %d wide frames (24 cores each)\n", e.Farm.WideJob, wideFrames)
 				}
 			}
 		}
@@ -472,7 +472,7 @@ loop:
 // The wide job: its frames, and when it is resumed.
 const (
 	wideFrames = 4
-	wideAfter  = 5 * time.Second
+	wideAfter  = 4 * time.Second
 )
 
 // unmanagedName names the Cuebot-managed shows.

@@ -257,7 +257,7 @@ func writeStory(out io.Writer, tl *timeline, reg prometheus.Gatherer, wideJob st
 	granted := metricSum(fams, "cuesched_reservations_granted_total", nil)
 	ownerRan := metricSum(fams, "cuesched_reservations_ended_total", map[string]string{"reason": "booked"})
 	if wideJob != "" && tl.wideAt > 0 {
-		fmt.Fprintf(out, "    wide frames: %s (%d frames of 40 cores on the himem hosts) submitted at %.0fs\n", wideJob, wideFrames, tl.wideAt)
+		fmt.Fprintf(out, "    wide frames: %s (%d frames of 24 cores on the general hosts) submitted at %.0fs\n", wideJob, wideFrames, tl.wideAt)
 	}
 	switch {
 	case granted > 0:
@@ -269,7 +269,7 @@ func writeStory(out io.Writer, tl *timeline, reg prometheus.Gatherer, wideJob st
 	var lent []string
 	for _, k := range sortedKeys(tl.subs) {
 		u := tl.subs[k]
-		if u.above > 0 && u.size > 0 {
+		if u.above >= time.Second && u.size > 0 {
 			s := fmt.Sprintf("%s up to %.1f× its size (%d of %d cores) for %.0fs", k, u.peak, u.peakCores, u.size, u.above.Seconds())
 			lent = append(lent, s)
 		}

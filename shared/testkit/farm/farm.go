@@ -45,9 +45,10 @@ type Spec struct {
 	// UnmanagedShare is the fraction of frames in the Cuebot-managed show.
 	UnmanagedShare float64
 	// WideFrames adds, beyond Frames, one job of the first managed show
-	// with a layer of that many wide frames (40 cores, 128 GB on the himem
-	// hosts: more than half of the largest himem host, so they need a host
-	// drained for them: what firm reservations are for). Its frames run
+	// with a layer of that many wide frames (24 cores, 48 GB on the
+	// general hosts: more than half of the largest general host, so on a
+	// busy farm they need a host drained for them: what firm reservations
+	// are for). Its frames run
 	// WideRunTime (default twice RunTimeMax). It draws nothing from the
 	// generator, so the rest of the farm is the same with or without it.
 	WideFrames  int
@@ -333,7 +334,7 @@ func (g *generator) show(ctx context.Context, p showPlan, last bool) error {
 	if showFrames > 0 {
 		g.planJobs(fs, p, folders, showFrames)
 	}
-	if p.managed && g.spec.WideFrames > 0 && g.f.WideJob == "" && g.allocCores["himem"] > 0 {
+	if p.managed && g.spec.WideFrames > 0 && g.f.WideJob == "" && g.allocCores["general"] > 0 {
 		g.planWide(fs, folders[1])
 	}
 	return nil
@@ -354,8 +355,8 @@ func (g *generator) planWide(fs farmseed.Show, folder string) {
 		Priority: 300, MaxCores: 100000, OS: "linux", UID: 10009, User: "artist9", Shot: "sh099",
 		LogDir: "/shots/" + fs.Name + "/logs/" + name, MaxRetries: 2,
 		Layers: []farmseed.LayerSpec{{
-			Name: lname, Tags: []string{"himem"}, Frames: g.spec.WideFrames,
-			Cores: 40, MemKB: 128 * farmseed.GB, Services: "houdini",
+			Name: lname, Tags: []string{"general"}, Frames: g.spec.WideFrames,
+			Cores: 24, MemKB: 48 * farmseed.GB, Services: "houdini",
 			Command: "/usr/bin/fluidsim --shot sh099 -f #IFRAME#",
 		}},
 	})
