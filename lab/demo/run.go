@@ -174,7 +174,7 @@ func Run(ctx context.Context, o Options) error {
 	fmt.Fprintln(o.Out, "  scheduler, sidecar and Cuebot emulator running")
 	fmt.Fprintln(o.Out)
 	metricsURL := "http://" + msrv.Addr() + "/metrics"
-	writeEnv(o.Out, e, metricsURL, o.Keep)
+	writeEnv(o.Out, e, metricsURL, !o.Keep)
 	fmt.Fprintln(o.Out)
 
 	sum, runErr := watch(runCtx, o, e, rdb, fake, errs, cfg.Queue.GPUProtection, reg)
@@ -364,7 +364,7 @@ loop:
 			rate = float64(done-prevDone) / dt
 			prevDone, prevAt = done, now
 		}
-		pt := point{T: now.Sub(start).Seconds(), Done: done, Cores: map[string]float64{}, Waiting: why, fresh: fresh}
+		pt := point{T: now.Sub(start).Seconds(), Done: done, Running: c.Running, Cores: map[string]float64{}, Waiting: why, fresh: fresh}
 		head := fmt.Sprintf("elapsed %5.1fs   waiting %6d   running %5d   done %6d (dead %d)   %6.1f frames/s",
 			pt.T, c.Waiting, c.Running, done, c.Dead, rate)
 		lines := []string{head,

@@ -142,6 +142,7 @@ func (w Waiting) binding() (hold, int) {
 type point struct {
 	T       float64            // seconds since the start
 	Done    int                // frames finished
+	Running int                // frames running
 	Cores   map[string]float64 // per managed show, booked cores (Redis)
 	Waiting *Waiting           // the last explain sample (nil before the first)
 	fresh   bool               // Waiting was taken at this point
@@ -219,6 +220,43 @@ func (tl *timeline) phases() []phase {
 	return out
 }
 
+func (p phase) rate() float64 {
+	if d := p.to - p.from; d > 0 {
+		return float64(p.doneTo-p.doneFrom) / d
+	}
+	return 0
+}
+
+// onlySeats is the start of the phase's tail in which no more frames ran
+// than the limit has seats (and the frames done then).
+func (tl *timeline) onlySeats(p phase) (float64, int, bool) {
+	t0, d0, ok := 0.0, 0, false
+	for _, pt := range tl.points {
+		if pt.T < p.from || pt.T > p.to {
+			continue
+		}
+		if pt.Running > p.limitSeats {
+			ok = false
+			continue
+		}
+		if !ok {
+			t0, d0, ok = pt.T, pt.Done, true
+		}
+	}
+	return t0, d0, ok && t0 < p.to
+}
+
+// peakIn is the most frames the phase's hold held from p.from on.
+func (tl *timeline) peakIn(p phase) int {
+	n := 0
+	for _, pt := range tl.points {
+		if pt.T >= p.from && pt.T <= p.to && pt.Waiting != nil {
+			n = max(n, pt.Waiting.ByHold[p.h])
+		}
+	}
+	return n
+}
+
 func (p phase) describe() string {
 	switch p.h.Reason {
 	case "":
@@ -246,11 +284,21 @@ func writeStory(out io.Writer, tl *timeline, reg prometheus.Gatherer, wideJob st
 		fmt.Fprintln(out, "    (no sample)")
 	}
 	for _, p := range ps {
-		rate := 0.0
-		if d := p.to - p.from; d > 0 {
-			rate = float64(p.doneTo-p.doneFrom) / d
+		// A limit phase often starts while other layers still keep the
+		// farm busy; say from when only the limit's seats ran.
+		if p.h.Reason == explain.Limit && p.limitSeats > 0 {
+			if t0, d0, ok := tl.onlySeats(p); ok && t0-p.from >= 5 {
+				before := p
+				before.to, before.doneTo = t0, d0
+				fmt.Fprintf(out, "    %4.0fs-%4.0fs  %s, while other layers kept the farm busy; %.1f frames/s finished\n",
+					before.from, before.to, before.describe(), before.rate())
+				p.from, p.doneFrom = t0, d0
+				fmt.Fprintf(out, "    %4.0fs-%4.0fs  the last %.0f s: only the %d seats of limit %s ran (%d frames of its layers at a time) while up to %d waited; %.1f frames/s finished\n",
+					p.from, p.to, p.to-p.from, p.limitSeats, p.h.Limit, p.limitSeats, tl.peakIn(p), p.rate())
+				continue
+			}
 		}
-		fmt.Fprintf(out, "    %4.0fs-%4.0fs  %s; %.1f frames/s finished\n", p.from, p.to, p.describe(), rate)
+		fmt.Fprintf(out, "    %4.0fs-%4.0fs  %s; %.1f frames/s finished\n", p.from, p.to, p.describe(), p.rate())
 	}
 	fams, _ := reg.Gather()
 	fmt.Fprintln(out, "  placement features that acted:")

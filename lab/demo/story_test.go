@@ -56,7 +56,11 @@ func TestStoryPhasesAndChart(t *testing.T) {
 		case i >= 40 && i < 44: // 2 s
 			w = blip
 		}
-		tl.points = append(tl.points, point{T: float64(i) / 2, Done: i * 10, Cores: map[string]float64{"aurora": float64(100 - i)}, Waiting: w, fresh: true})
+		running := 200
+		if i >= 60 { // from 30 s on only the limit's 12 seats run
+			running = 12
+		}
+		tl.points = append(tl.points, point{T: float64(i) / 2, Done: i * 10, Running: running, Cores: map[string]float64{"aurora": float64(100 - i)}, Waiting: w, fresh: true})
 	}
 	ps := tl.phases()
 	if len(ps) != 2 || ps[0].h.Reason != explain.Capacity || ps[1].h != lim || ps[1].limitSeats != 12 || ps[1].to != 40 {
@@ -64,7 +68,8 @@ func TestStoryPhasesAndChart(t *testing.T) {
 	}
 	var out bytes.Buffer
 	writeStory(&out, tl, prometheus.NewRegistry(), "")
-	for _, want := range []string{"capacity: up to 2000 frames", "limit spi-nuke-license (12 seats) held up to 700 frames", "   10s-  40s"} {
+	for _, want := range []string{"capacity: up to 2000 frames", "limit spi-nuke-license (12 seats) held up to 700 frames",
+		"   10s-  30s", "while other layers kept the farm busy", "   30s-  40s  the last 10 s: only the 12 seats of limit spi-nuke-license ran"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("story lacks %q:\n%s", want, out.String())
 		}
