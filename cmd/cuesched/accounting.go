@@ -58,6 +58,9 @@ func runAccountingAudit(ctx context.Context, c *cli.Env, args []string) int {
 		return code
 	}
 	defer cn.Close()
+	if code := checkCuebot(ctx, c, name, cn, true); code != 0 {
+		return code
+	}
 	rep, err := accounting.Audit(ctx, cn.Pool, cn.Pub)
 	if err != nil {
 		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)

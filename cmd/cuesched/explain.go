@@ -65,6 +65,9 @@ func runExplain(ctx context.Context, c *cli.Env, args []string) int {
 		return code
 	}
 	defer cn.Close()
+	if code := checkCuebot(ctx, c, name, cn, true); code != 0 {
+		return code
+	}
 	pool := cn.Pool
 	reps, err := explain.Layers(ctx, pool, job, layer, *gpuProtection)
 	if err != nil {

@@ -78,7 +78,7 @@ func runShowList(ctx context.Context, c *cli.Env, args []string) int {
 	if code != 0 {
 		return code
 	}
-	tool, cleanup, code := openTool(ctx, c, fs.Name(), v)
+	tool, cleanup, code := openTool(ctx, c, fs.Name(), v, true)
 	if code != 0 {
 		return code
 	}
@@ -141,7 +141,7 @@ func runShowSetManaged(ctx context.Context, c *cli.Env, args []string) int {
 	if code != 0 {
 		return code
 	}
-	tool, cleanup, code := openTool(ctx, c, name, v)
+	tool, cleanup, code := openTool(ctx, c, name, v, false)
 	if code != 0 {
 		return code
 	}

@@ -54,7 +54,7 @@ func runStatus(ctx context.Context, c *cli.Env, args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	tool, cleanup, code := openTool(ctx, c, name, v)
+	tool, cleanup, code := openTool(ctx, c, name, v, false)
 	if code != 0 {
 		return code
 	}

@@ -38,6 +38,12 @@ type Options struct {
 	// Logger receives the components' logs (keep it quiet for a readable demo).
 	Logger hclog.Logger
 	Seed   int64
+	// Keep leaves the farm up after the run ends on its own, until ctx
+	// ends (Ctrl-C), to explore it with the real tools.
+	Keep bool
+	// ChartPath is where the run's chart (PNG) goes; "" = a file in the
+	// temp dir.
+	ChartPath string
 }
 
 // Env is the running embedded environment.
@@ -77,7 +83,7 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	if e.PG, err = e.env.Postgres(ctx); err != nil {
 		return nil, fmt.Errorf("start PostgreSQL: %w", err)
 	}
-	step(fmt.Sprintf("PostgreSQL (wal_level=logical) on 127.0.0.1:%d", e.PG.Port()))
+	step(fmt.Sprintf("PostgreSQL (wal_level=logical) on 127.0.0.1:%d, in %s", e.PG.Port(), e.PG.Dir()))
 	if e.Redis, err = e.env.Redis(ctx); err != nil {
 		return nil, fmt.Errorf("start Redis: %w", err)
 	}
@@ -87,6 +93,7 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 		return nil, err
 	}
 	e.DBURL = e.PG.URL("cuebot")
+	step(fmt.Sprintf("Cuebot database %q: %s", "cuebot", e.DBURL))
 	conn, err := pgx.Connect(ctx, e.DBURL)
 	if err != nil {
 		return nil, err
@@ -106,6 +113,11 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	}
 	spec := farm.Default()
 	spec.Seed = o.Seed
+	// Show the placement features rather than hide them: a few wide
+	// frames (reservations, EASY backfill) and GPU hosts that CPU work
+	// may spill onto (GPU protection).
+	spec.WideFrames = wideFrames
+	spec.GPUHostsServeCPU = true
 	if o.Hosts > 0 {
 		spec.Hosts = o.Hosts
 	}

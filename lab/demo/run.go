@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,7 +22,10 @@ import (
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler"
 	"github.com/cuesched/cuesched/scheduler/accounting"
+	"github.com/cuesched/cuesched/shared/appname"
+	"github.com/cuesched/cuesched/shared/cli"
 	"github.com/cuesched/cuesched/shared/config"
+	"github.com/cuesched/cuesched/shared/metrics"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotemu"
 	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
 	"github.com/cuesched/cuesched/sidecar"
@@ -36,8 +42,10 @@ type Summary struct {
 	Drifts          int
 	Drained         bool
 	UnmanagedMoved  int // frames of Cuebot-managed shows we touched (must be 0)
+	// Chart is the PNG written at the end ("" if none).
+	Chart string
 
-	lastPrint time.Time
+	timeline *timeline
 }
 
 // OK reports whether the run showed what the demo promises.
@@ -62,9 +70,25 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer e.Close()
 
+	// The wide job is "submitted" a few seconds into the run, when the
+	// farm is full (watch resumes it): paused until then.
+	if e.Farm.WideJob != "" {
+		if _, err := e.Pool.Exec(ctx, `UPDATE job SET b_paused = true WHERE str_name = $1`, e.Farm.WideJob); err != nil {
+			return fmt.Errorf("pause the wide job: %w", err)
+		}
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	reg := prometheus.NewRegistry()
+	msrv, err := metrics.Serve("127.0.0.1:0", reg, metrics.NewHealth(), o.Logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		_ = msrv.Shutdown(sctx)
+	}()
 
 	// Cuebot's completion path and the fake RQD.
 	emu := cuebotemu.New(e.Pool, o.Logger.Named("cuebot"))
@@ -93,7 +117,17 @@ func Run(ctx context.Context, o Options) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	// The sidecar (it creates its slot, so start it first).
-	sc, err := sidecar.New(sidecar.Config{DatabaseURL: e.DBURL, SlotName: "cuesched_sidecar_demo", CreateSlot: true,
+	// The daemons name their connections as in production, so `cuesched
+	// status` finds them (cuesched-sidecar/demo, cuesched-scheduler/demo).
+	sidecarURL, err := cli.WithAppName(e.DBURL, appname.RoleSidecar, "demo")
+	if err != nil {
+		return err
+	}
+	schedURL, err := cli.WithAppName(e.DBURL, appname.RoleScheduler, "demo")
+	if err != nil {
+		return err
+	}
+	sc, err := sidecar.New(sidecar.Config{DatabaseURL: sidecarURL, SlotName: "cuesched_sidecar_demo", CreateSlot: true,
 		Logger: o.Logger.Named("sidecar"), Registerer: reg}, rdb)
 	if err != nil {
 		return err
@@ -108,7 +142,7 @@ func Run(ctx context.Context, o Options) error {
 
 	// The scheduler, configured for a responsive demo.
 	cfg := config.Default()
-	cfg.Database.URL = e.DBURL
+	cfg.Database.URL = schedURL
 	cfg.Accounting.RedisURL = e.RedisURL
 	cfg.Accounting.RecomputeInterval = config.Duration(15 * time.Second)
 	cfg.Accounting.LimitReseedInterval = config.Duration(30 * time.Second)
@@ -117,6 +151,12 @@ func Run(ctx context.Context, o Options) error {
 	cfg.Queue.ActiveScanInterval = config.Duration(500 * time.Millisecond)
 	cfg.Queue.LayerBackoffMax = config.Duration(2 * time.Second)
 	cfg.Scheduler.Facility = "spi"
+	// A demo lasts a minute or two: wide frames reserve a host after 5 s
+	// of being blocked (not 5 min), and the waiting-frame gauge on
+	// /metrics is counted every 5 s (not 30 s).
+	cfg.Queue.Reservations.BlockedFor = config.Duration(5 * time.Second)
+	cfg.Queue.Reservations.RefreshInterval = config.Duration(250 * time.Millisecond)
+	cfg.Queue.WaitingStatsInterval = config.Duration(5 * time.Second)
 	sched, err := scheduler.New(runCtx, cfg, scheduler.Deps{
 		Redis: rdb, RQDResolve: fake.Resolve, Logger: o.Logger.Named("scheduler"), Registerer: reg,
 	})
@@ -133,8 +173,11 @@ func Run(ctx context.Context, o Options) error {
 	}()
 	fmt.Fprintln(o.Out, "  scheduler, sidecar and Cuebot emulator running")
 	fmt.Fprintln(o.Out)
+	metricsURL := "http://" + msrv.Addr() + "/metrics"
+	writeEnv(o.Out, e, metricsURL, !o.Keep)
+	fmt.Fprintln(o.Out)
 
-	sum, runErr := watch(runCtx, o, e, rdb, fake, errs)
+	sum, runErr := watch(runCtx, o, e, rdb, fake, errs, cfg.Queue.GPUProtection, reg)
 	if sum.Drained {
 		// The queue drained in Postgres; give the sidecar the moment it
 		// needs to apply the last releases to Redis before the audit.
@@ -142,8 +185,14 @@ func Run(ctx context.Context, o Options) error {
 			fmt.Fprintf(o.Out, "warning: %v\n", err)
 		}
 	}
-	cancel()
-	wg.Wait()
+	// --keep leaves the farm up (scheduler, sidecar, fake RQD, emulator)
+	// once the run ends on its own; the audit then runs beside them on
+	// the drained farm.
+	keep := o.Keep && runErr == nil && ctx.Err() == nil
+	if !keep {
+		cancel()
+		wg.Wait()
+	}
 
 	// Final audit: Redis against SUM(proc) once everything has stopped.
 	actx, acancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -165,14 +214,67 @@ func Run(ctx context.Context, o Options) error {
 		sum.Drifts = -1
 	}
 	sum.Final, _ = Sample(actx, e.Pool)
-	printSummary(o, e, sum)
-	if runErr != nil {
-		return runErr
+	sum.Chart = o.ChartPath
+	if sum.Chart == "" {
+		sum.Chart = filepath.Join(os.TempDir(), "cuesched-demo-"+time.Now().Format("20060102-150405")+".png")
 	}
-	if !sum.OK(o.UntilDrained) {
-		return errors.New("the run did not hold its guarantees (see the summary)")
+	if err := writeChartFile(sum.Chart, sum.timeline, e); err != nil {
+		fmt.Fprintf(o.Out, "chart: %v\n", err)
+		sum.Chart = ""
 	}
-	return nil
+	printSummary(o, e, sum, reg)
+	var verdict error
+	switch {
+	case runErr != nil:
+		verdict = runErr
+	case !sum.OK(o.UntilDrained):
+		verdict = errors.New("the run did not hold its guarantees (see the summary)")
+	}
+	if keep {
+		fmt.Fprintln(o.Out)
+		fmt.Fprintln(o.Out, "the farm stays up (--keep): scheduler, sidecar, fake RQD and Cuebot emulator keep running until Ctrl-C")
+		writeEnv(o.Out, e, metricsURL, false)
+		<-ctx.Done()
+		cancel()
+		wg.Wait()
+		fmt.Fprintln(o.Out, "stopped")
+	}
+	return verdict
+}
+
+func writeChartFile(path string, tl *timeline, e *Env) error {
+	if tl == nil || len(tl.points) < 2 {
+		return errors.New("too few samples to draw")
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	err = writeChart(f, tl, "cuesched-lab demo: "+e.Farm.String())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// writeEnv prints what to paste into another terminal to look at the
+// running farm with the real tools.
+func writeEnv(out io.Writer, e *Env, metricsURL string, keepHint bool) {
+	job := e.Farm.LimitedJob
+	if job == "" && len(e.Farm.JobNames) > 0 {
+		job = e.Farm.JobNames[0]
+	}
+	fmt.Fprintln(out, "  look at the farm from another terminal while it runs (paste these):")
+	fmt.Fprintf(out, "    export CUESCHED_DATABASE_URL='%s'\n", e.DBURL)
+	fmt.Fprintf(out, "    export CUESCHED_ACCOUNTING_REDIS_URL='%s'\n", e.RedisURL)
+	fmt.Fprintln(out, "    bin/cuesched status --no-audit        # instances, leader, slots, seeded shows, reservations")
+	fmt.Fprintf(out, "    bin/cuesched explain %s   # why its frames wait, per layer\n", job)
+	fmt.Fprintln(out, "    bin/cuesched show list                # shows, booked cores against their bursts")
+	fmt.Fprintln(out, "    bin/cuesched accounting audit         # Redis against SUM(proc)")
+	fmt.Fprintf(out, "    curl -s %s | grep cuesched_waiting_frames\n", metricsURL)
+	if keepHint {
+		fmt.Fprintln(out, "  (the farm is torn down when the run ends; --keep leaves it up until Ctrl-C)")
+	}
 }
 
 type showSubs struct {
@@ -182,23 +284,30 @@ type showSubs struct {
 }
 
 // watch samples progress until a stop condition and returns the summary.
-func watch(ctx context.Context, o Options, e *Env, rdb redis.UniversalClient, fake *fakerqd.Server, errs <-chan error) (Summary, error) {
+// Every 500 ms it reads the frame counts and the subscriptions' booked
+// cores; every 2 s it asks explain why the waiting frames wait.
+func watch(ctx context.Context, o Options, e *Env, rdb redis.UniversalClient, fake *fakerqd.Server, errs <-chan error,
+	gpuProtection bool, reg prometheus.Gatherer) (Summary, error) {
 	start := time.Now()
 	var subs []showSubs
+	tl := &timeline{subs: map[string]*subUse{}}
 	for _, sh := range e.Farm.Shows {
 		if !sh.Managed {
 			continue
 		}
-		for alloc := range sh.Subs {
+		tl.shows = append(tl.shows, sh.Name)
+		for alloc, sb := range sh.Subs {
 			subs = append(subs, showSubs{show: sh.Name, alloc: alloc, key: publisher.SubKey(sh.ID, e.Farm.Allocs[alloc])})
+			tl.subs[sh.Name+"/"+alloc] = &subUse{size: sb[0] / 100, burst: sb[1] / 100}
 		}
 	}
 	sort.Slice(subs, func(i, j int) bool { return subs[i].show+subs[i].alloc < subs[j].show+subs[j].alloc })
 	unmanagedBefore, _ := unmanagedWaiting(ctx, e)
 
-	var sum Summary
+	sum := Summary{timeline: tl}
 	violations := map[string]bool{}
-	tick := time.NewTicker(500 * time.Millisecond)
+	const every = 500 * time.Millisecond
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	var deadline <-chan time.Time
 	if o.Duration > 0 {
@@ -207,7 +316,12 @@ func watch(ctx context.Context, o Options, e *Env, rdb redis.UniversalClient, fa
 	lastLines := 0
 	prevDone, prevAt := 0, start
 	rate := 0.0
-	var runErr error
+	var (
+		runErr    error
+		why       *Waiting
+		whyAt     time.Time
+		lastPrint time.Time
+	)
 loop:
 	for {
 		select {
@@ -227,29 +341,90 @@ loop:
 			}
 			continue
 		}
-		done := c.Succeeded + c.Dead
-		if dt := time.Since(prevAt).Seconds(); dt >= 1 {
-			rate = float64(done-prevDone) / dt
-			prevDone, prevAt = done, time.Now()
+		now := time.Now()
+		if e.Farm.WideJob != "" && tl.wideAt == 0 && now.Sub(start) >= wideAfter {
+			if _, err := e.Pool.Exec(ctx, `UPDATE job SET b_paused = false WHERE str_name = $1`, e.Farm.WideJob); err == nil {
+				tl.wideAt = now.Sub(start).Seconds()
+				if !o.Interactive {
+					fmt.Fprintf(o.Out, "submitted %s: %d wide frames (24 cores each)\n", e.Farm.WideJob, wideFrames)
+				}
+			}
 		}
-		lines := []string{
-			fmt.Sprintf("elapsed %5.1fs   waiting %6d   running %5d   done %6d (dead %d)   %6.1f frames/s",
-				time.Since(start).Seconds(), c.Waiting, c.Running, done, c.Dead, rate),
+		fresh := false
+		if why == nil || now.Sub(whyAt) >= 2*time.Second {
+			wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+			w, err := SampleWaiting(wctx, e.Pool, gpuProtection)
+			wcancel()
+			if err == nil {
+				why, whyAt, fresh = &w, now, true
+			}
+		}
+		done := c.Succeeded + c.Dead
+		if dt := now.Sub(prevAt).Seconds(); dt >= 1 {
+			rate = float64(done-prevDone) / dt
+			prevDone, prevAt = done, now
+		}
+		pt := point{T: now.Sub(start).Seconds(), Done: done, Running: c.Running, Cores: map[string]float64{}, Waiting: why, fresh: fresh}
+		head := fmt.Sprintf("elapsed %5.1fs   waiting %6d   running %5d   done %6d (dead %d)   %6.1f frames/s",
+			pt.T, c.Waiting, c.Running, done, c.Dead, rate)
+		lines := []string{head,
 			fmt.Sprintf("managed shows: [%s] %d left", bar(e.Farm.Frames-c.ManagedLeft-unmanagedBefore, e.Farm.Frames-unmanagedBefore, 40), c.ManagedLeft),
 		}
-		for _, s := range subs {
-			h, err := rdb.HMGet(ctx, s.key, "int_cores", "burst").Result()
-			if err != nil || len(h) < 2 {
-				continue
-			}
-			cores, burst := toInt(h[0]), toInt(h[1])
-			mark := ""
-			if burst > 0 && cores > burst {
-				mark = "  EXCEEDED"
-				violations[fmt.Sprintf("%s/%s: %d > burst %d", s.show, s.alloc, cores, burst)] = true
-			}
-			lines = append(lines, fmt.Sprintf("  %-9s %-8s %5d / %5d cores of burst [%s]%s", s.show, s.alloc, cores, burst, bar(int(cores), int(burst), 20), mark))
+		whyLine := "waiting: (asking explain)"
+		if why != nil {
+			whyLine = fmt.Sprintf("waiting %d: %s", why.Total, why.Line(why.ByHold, true))
 		}
+		lines = append(lines, whyLine)
+		// Per show: what holds it, then its subscriptions against their bursts.
+		type subRow struct {
+			alloc              string
+			cores, burst, size int64
+		}
+		rows := map[string][]subRow{}
+		if h, err := subsPipeline(ctx, rdb, subs); err == nil {
+			for i, s := range subs {
+				cores, burst, size := h[i][0], h[i][1], h[i][2]
+				rows[s.show] = append(rows[s.show], subRow{s.alloc, cores, burst, size})
+				pt.Cores[s.show] += float64(cores)
+				if burst > 0 && cores > burst {
+					violations[fmt.Sprintf("%s/%s: %d > burst %d", s.show, s.alloc, cores, burst)] = true
+				}
+				u := tl.subs[s.show+"/"+s.alloc]
+				if size > 0 {
+					u.size = size
+				}
+				if u.size > 0 && cores > u.size {
+					u.above += every
+					u.peak = max(u.peak, float64(cores)/float64(u.size))
+					u.peakCores = max(u.peakCores, cores)
+				}
+			}
+		}
+		for _, show := range tl.shows {
+			held := "nothing waits"
+			if why != nil && len(why.ByShow[show]) > 0 {
+				n := 0
+				for _, v := range why.ByShow[show] {
+					n += v
+				}
+				held = fmt.Sprintf("waiting %d: %s", n, why.Line(why.ByShow[show], false))
+			}
+			lines = append(lines, fmt.Sprintf("  %-9s %s", show, held))
+			for _, r := range rows[show] {
+				mark := ""
+				if r.burst > 0 && r.cores > r.burst {
+					mark = "  EXCEEDED"
+				}
+				lines = append(lines, fmt.Sprintf("    %-8s %5d / %5d cores of burst [%s]%s", r.alloc, r.cores, r.burst, bar(int(r.cores), int(r.burst), 20), mark))
+			}
+		}
+		if unmanagedBefore > 0 {
+			lines = append(lines, fmt.Sprintf("  %-9s %d waiting: left to Cuebot (not scheduler-managed; no Cuebot dispatches in the demo)", unmanagedName(e), unmanagedBefore))
+		}
+		fams, _ := reg.Gather()
+		tl.peakBackfills = max(tl.peakBackfills, metricSum(fams, "cuesched_reservations_backfills", nil))
+		tl.peakReservations = max(tl.peakReservations, metricSum(fams, "cuesched_reservations_held", nil))
+		tl.points = append(tl.points, pt)
 		if o.Interactive {
 			if lastLines > 0 {
 				fmt.Fprintf(o.Out, "\033[%dA", lastLines)
@@ -257,10 +432,18 @@ loop:
 			for _, l := range lines {
 				fmt.Fprintf(o.Out, "\033[K%s\n", l)
 			}
+			// A shorter view than the last one: clear what is left below.
+			fmt.Fprint(o.Out, "\033[J")
 			lastLines = len(lines)
-		} else if time.Since(prevPrint(&sum)) >= 2*time.Second {
-			fmt.Fprintln(o.Out, lines[0])
-			sum.lastPrint = time.Now()
+		} else if now.Sub(lastPrint) >= 5*time.Second {
+			// Without a terminal (CI, a pipe): one plain line, with the
+			// top waiting reason.
+			top := "(asking explain)"
+			if why != nil {
+				top = why.Top()
+			}
+			fmt.Fprintf(o.Out, "%s   top waiting reason: %s\n", head, top)
+			lastPrint = now
 		}
 		if o.UntilDrained && c.ManagedLeft == 0 && c.Procs == 0 {
 			sum.Drained = true
@@ -286,7 +469,43 @@ loop:
 	return sum, runErr
 }
 
-func prevPrint(s *Summary) time.Time { return s.lastPrint }
+// The wide job: its frames, and when it is resumed.
+const (
+	wideFrames = 4
+	wideAfter  = 4 * time.Second
+)
+
+// unmanagedName names the Cuebot-managed shows.
+func unmanagedName(e *Env) string {
+	var ns []string
+	for _, sh := range e.Farm.Shows {
+		if !sh.Managed {
+			ns = append(ns, sh.Name)
+		}
+	}
+	return strings.Join(ns, ",")
+}
+
+// subsPipeline reads int_cores, burst and size of every subscription in
+// one round trip.
+func subsPipeline(ctx context.Context, rdb redis.UniversalClient, subs []showSubs) ([][3]int64, error) {
+	pipe := rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(subs))
+	for i, s := range subs {
+		cmds[i] = pipe.HMGet(ctx, s.key, "int_cores", "burst", "size")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	out := make([][3]int64, len(subs))
+	for i, c := range cmds {
+		v := c.Val()
+		if len(v) == 3 {
+			out[i] = [3]int64{toInt(v[0]), toInt(v[1]), toInt(v[2])}
+		}
+	}
+	return out, nil
+}
 
 // waitSidecarCaughtUp waits until the sidecar's Redis checkpoint covers the
 // WAL written so far, i.e. every committed proc DELETE has been released.
@@ -335,7 +554,7 @@ func toInt(v any) int64 {
 	return n
 }
 
-func printSummary(o Options, e *Env, s Summary) {
+func printSummary(o Options, e *Env, s Summary, reg prometheus.Gatherer) {
 	c := s.Final
 	fmt.Fprintln(o.Out)
 	fmt.Fprintln(o.Out, "summary")
@@ -368,5 +587,13 @@ func printSummary(o Options, e *Env, s Summary) {
 		} else {
 			fmt.Fprintln(o.Out, "  queue:                NOT drained")
 		}
+	}
+	fmt.Fprintln(o.Out)
+	fmt.Fprintln(o.Out, "the story of the run")
+	if s.timeline != nil {
+		writeStory(o.Out, s.timeline, reg, e.Farm.WideJob)
+	}
+	if s.Chart != "" {
+		fmt.Fprintf(o.Out, "  chart:                %s (cores in use per show, waiting frames by reason)\n", s.Chart)
 	}
 }

@@ -3,18 +3,12 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
-	"image"
-	"image/color"
-	"image/draw"
-	"image/png"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"golang.org/x/image/font"
-	"golang.org/x/image/font/basicfont"
-	"golang.org/x/image/math/fixed"
+	"github.com/cuesched/cuesched/lab/chart"
 )
 
 // Verdict is PASS or FAIL.
@@ -154,81 +148,13 @@ func chartName(r Result) string {
 	return "fill-" + n + ".png"
 }
 
-// FillChart draws the booked fraction of the farm's cores over time.
+// FillChart draws the booked fraction of the farm's cores over time (with
+// the lab's one chart code, lab/chart).
 func FillChart(w io.Writer, title string, pts []Point) error {
-	const (
-		width, height = 720, 300
-		left, right   = 50, 20
-		top, bottom   = 30, 40
-	)
-	img := image.NewRGBA(image.Rect(0, 0, width, height))
-	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
-	label(img, 10, 18, title)
-	tmax := pts[len(pts)-1].T
-	if tmax <= 0 {
-		tmax = 1
+	s := chart.Series{Name: "cores booked", Color: chart.Palette()[0]}
+	for _, p := range pts {
+		s.T = append(s.T, p.T)
+		s.V = append(s.V, min(max(p.Fill, 0), 1))
 	}
-	pw, ph := width-left-right, height-top-bottom
-	grey := color.RGBA{200, 200, 200, 255}
-	for _, f := range []float64{0, 0.25, 0.5, 0.75, 1} {
-		y := top + ph - int(f*float64(ph))
-		for x := left; x < left+pw; x++ {
-			img.Set(x, y, grey)
-		}
-		label(img, 8, y+4, fmt.Sprintf("%3.0f%%", f*100))
-	}
-	for i := 0; i <= 4; i++ {
-		t := tmax * float64(i) / 4
-		label(img, left+int(float64(pw)*float64(i)/4)-10, height-bottom+16, fmt.Sprintf("%.0fs", t))
-	}
-	blue := color.RGBA{52, 101, 164, 255}
-	px := func(p Point) (int, int) {
-		return left + int(p.T/tmax*float64(pw)), top + ph - int(min(max(p.Fill, 0), 1)*float64(ph))
-	}
-	for i := 1; i < len(pts); i++ {
-		x0, y0 := px(pts[i-1])
-		x1, y1 := px(pts[i])
-		line(img, x0, y0, x1, y1, blue)
-	}
-	return png.Encode(w, img)
-}
-
-func line(img *image.RGBA, x0, y0, x1, y1 int, c color.Color) {
-	dx, dy := abs(x1-x0), -abs(y1-y0)
-	sx, sy := 1, 1
-	if x0 > x1 {
-		sx = -1
-	}
-	if y0 > y1 {
-		sy = -1
-	}
-	e := dx + dy
-	for {
-		img.Set(x0, y0, c)
-		img.Set(x0, y0+1, c)
-		if x0 == x1 && y0 == y1 {
-			return
-		}
-		e2 := 2 * e
-		if e2 >= dy {
-			e += dy
-			x0 += sx
-		}
-		if e2 <= dx {
-			e += dx
-			y0 += sy
-		}
-	}
-}
-
-func abs(v int) int {
-	if v < 0 {
-		return -v
-	}
-	return v
-}
-
-func label(img *image.RGBA, x, y int, s string) {
-	d := &font.Drawer{Dst: img, Src: image.NewUniform(color.Black), Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
-	d.DrawString(s)
+	return chart.Draw(w, title, []chart.Panel{{Title: "booked share of the farm's cores", Percent: true, YMax: 1, Series: []chart.Series{s}}})
 }

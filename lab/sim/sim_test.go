@@ -3,6 +3,7 @@ package sim_test
 import (
 	"context"
 	"fmt"
+	"image/png"
 	"math"
 	"os"
 	"strconv"
@@ -170,5 +171,23 @@ func TestGroupedJSON(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[0], `"variants":[{"scenario":"A","variant":"old"`) {
 		t.Fatalf("JSON lines:\n%s", b.String())
+	}
+}
+
+// The report's fill charts (drawn with lab/chart) decode as PNGs.
+func TestWriteReportFillChart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := sim.Result{Scenario: "COLDFILL", Judged: true, Pass: true, Fill: []sim.Point{{T: 0, Fill: 0}, {T: 5, Fill: 0.6}, {T: 10, Fill: 0.97}}}
+	if err := sim.WriteReport(dir, []sim.Result{r}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(dir + "/fill-coldfill.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -44,6 +44,19 @@ type Spec struct {
 	Facility string
 	// UnmanagedShare is the fraction of frames in the Cuebot-managed show.
 	UnmanagedShare float64
+	// WideFrames adds, beyond Frames, one job of the first managed show
+	// with a layer of that many wide frames (24 cores, 48 GB on the
+	// general hosts: more than half of the largest general host, so on a
+	// busy farm they need a host drained for them: what firm reservations
+	// are for). Its frames run
+	// WideRunTime (default twice RunTimeMax). It draws nothing from the
+	// generator, so the rest of the farm is the same with or without it.
+	WideFrames  int
+	WideRunTime time.Duration
+	// GPUHostsServeCPU tags the GPU hosts "general" too (a MANUAL tag), so
+	// CPU work of the shows subscribed to the gpu allocation may spill
+	// onto them: what GPU protection (queue.gpu_protection) guards.
+	GPUHostsServeCPU bool
 }
 
 // Default returns a demo-sized farm.
@@ -66,6 +79,12 @@ type Farm struct {
 	Shows      []Show
 	HostNames  []string
 	Jobs       []string
+	JobNames   []string // in the order of Jobs
+	// WideJob is the name of the wide-frame job (Spec.WideFrames), or "".
+	WideJob string
+	// LimitedJob is the name of the first managed job with a layer under
+	// the licence limit, or "".
+	LimitedJob string
 	Layers     int
 	Frames     int
 	LimitID    string
@@ -234,6 +253,7 @@ func (g *generator) seed(ctx context.Context) error {
 	}
 	for _, j := range jobs {
 		g.f.Jobs = append(g.f.Jobs, j.ID)
+		g.f.JobNames = append(g.f.JobNames, j.Name)
 		g.f.Layers += len(j.Layers)
 		g.f.Frames += j.FrameCount()
 	}
@@ -246,10 +266,14 @@ func (g *generator) hosts(ctx context.Context) error {
 	for i := 0; i < g.spec.Hosts; i++ {
 		k := pickHost(g.rng, kinds, i)
 		name := fmt.Sprintf("%s-%s%04d", g.spec.Facility, k.alloc, i)
+		tags := []farmseed.HostTag{{Name: k.hwTag, Type: "HARDWARE"}}
+		if g.spec.GPUHostsServeCPU && k.gpus > 0 {
+			tags = append(tags, farmseed.HostTag{Name: "general", Type: "MANUAL"})
+		}
 		if _, err := g.s.Host(ctx, farmseed.HostSpec{
 			Name: name, Alloc: g.f.Allocs[k.alloc], AllocTag: k.alloc,
 			Cores: k.cores, MemKB: k.memGB * farmseed.GB, GPUs: k.gpus, GPUMemKB: k.gpuMemGB * farmseed.GB,
-			Tags: []farmseed.HostTag{{Name: k.hwTag, Type: "HARDWARE"}},
+			Tags: tags,
 		}); err != nil {
 			return err
 		}
@@ -310,7 +334,32 @@ func (g *generator) show(ctx context.Context, p showPlan, last bool) error {
 	if showFrames > 0 {
 		g.planJobs(fs, p, folders, showFrames)
 	}
+	if p.managed && g.spec.WideFrames > 0 && g.f.WideJob == "" && g.allocCores["general"] > 0 {
+		g.planWide(fs, folders[1])
+	}
 	return nil
+}
+
+// planWide plans the wide-frame job (Spec.WideFrames); it draws nothing.
+func (g *generator) planWide(fs farmseed.Show, folder string) {
+	name := fs.Name + "-sh099-fx_fluidsim_v1"
+	rt := g.spec.WideRunTime
+	if rt <= 0 {
+		rt = 2 * g.spec.RunTimeMax
+	}
+	lname := "W0001_fluidsim"
+	g.f.runTimes[lname] = rt
+	g.f.WideJob = name
+	g.jobs = append(g.jobs, farmseed.JobSpec{
+		Name: name, Show: fs, Folder: folder, Facility: g.f.FacilityID, Dept: g.depts["fx"],
+		Priority: 300, MaxCores: 100000, OS: "linux", UID: 10009, User: "artist9", Shot: "sh099",
+		LogDir: "/shots/" + fs.Name + "/logs/" + name, MaxRetries: 2,
+		Layers: []farmseed.LayerSpec{{
+			Name: lname, Tags: []string{"general"}, Frames: g.spec.WideFrames,
+			Cores: 24, MemKB: 48 * farmseed.GB, Services: "houdini",
+			Command: "/usr/bin/fluidsim --shot sh099 -f #IFRAME#",
+		}},
+	})
 }
 
 // planJobs spreads a show's frames over a few jobs of one to three layers,
@@ -351,6 +400,9 @@ func (g *generator) planJobs(fs farmseed.Show, p showPlan, folders []string, fra
 			}
 			if k.limited {
 				ls.Limits = []string{g.f.LimitID}
+				if g.f.LimitedJob == "" && p.managed {
+					g.f.LimitedJob = name
+				}
 			}
 			js.Layers = append(js.Layers, ls)
 		}
