@@ -6,8 +6,8 @@
 //     triggers, views and the seed rows of a stock Cuebot) for tests and
 //     demos. It behaves like a real Cuebot database after Cuebot's V47
 //     migration for everything the scheduler, the sidecar and a Cuebot
-//     emulator touch. It is written from the facts in
-//     shared/reference/cuebot-schema.md, never copied from OpenCue. A
+//     emulator touch. It is written from the facts of Cuebot's schema,
+//     never copied from OpenCue. A
 //     production Cuebot database already has this schema (Cuebot's Flyway
 //     creates it); ApplyBaseline refuses to run anywhere but in an empty
 //     database.

@@ -1,8 +1,8 @@
 -- cuesched baseline, part 1: extension and scalar helper functions.
 --
 -- The baseline recreates, for tests and demos, the database a stock Cuebot
--- has after its V47 migration. It is written from the facts in
--- shared/reference/cuebot-schema.md, not copied from OpenCue. Object names
+-- has after its V47 migration. It is written from the facts of that schema,
+-- not copied from OpenCue. Object names
 -- (tables, constraints, indexes, triggers, trigger functions) match Cuebot's
 -- so that a later Cuebot migration, a Cuebot DAO or an operator's psql
 -- session finds what it expects.

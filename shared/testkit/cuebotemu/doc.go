@@ -4,9 +4,9 @@
 // fake RQD end to end without a Java Cuebot. It is not production code and
 // must only be used by tests, test tools and the demo.
 //
-// Everything here is written from the facts in
-// ../shared/reference/cuebot-schema.md §9–12 (no Cuebot code or SQL is
-// copied). One completion report is handled the way Cuebot's
+// Everything here is written from the facts of Cuebot's completion path
+// (frame, proc, host and stat tables as migrations/baseline holds them; no
+// Cuebot code or SQL is copied). One completion report is handled the way Cuebot's
 // FrameCompleteHandler handles it:
 //
 //  1. Load the proc named by the report's resource id, with its host,
