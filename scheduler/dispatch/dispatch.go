@@ -98,18 +98,6 @@ import (
 	"github.com/cuesched/cuesched/scheduler/sizing"
 )
 
-// Host is a checked-out host: identity plus the capacity used to size
-// frames (centicores, KB).
-type Host struct {
-	ID, Name string
-	AllocID  string
-	OS       string
-	sizing.Host
-	// LayerCores are the centicores the layer being matched already holds
-	// on the host, as the host cache counts its bookings (0 if unknown).
-	LayerCores int64
-}
-
 // Accounting is the Redis booking API (publisher.Publisher).
 type Accounting interface {
 	Book(ctx context.Context, b publisher.Booking) (publisher.Result, error)
@@ -272,7 +260,7 @@ type Result struct {
 	// Host carries the idle values after the batch: the ones Postgres
 	// returned when the transaction committed (and compensations), else
 	// the host as given.
-	Host Host
+	Host sizing.Host
 	// Dispatched are the frames now running (booked, in dry-run mode).
 	Dispatched []string
 	// Claimed are frames another dispatcher took (or that stopped being
@@ -313,7 +301,7 @@ func (d *Dispatcher) selfish(l *jobs.Layer) bool {
 }
 
 // Dispatch books frames (in order) of layer l on host h and launches them.
-func (d *Dispatcher) Dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, h Host) Result {
+func (d *Dispatcher) Dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, h sizing.Host) Result {
 	start := time.Now()
 	res := d.dispatch(ctx, l, frames, h)
 	d.m.batches.WithLabelValues(res.Stop.String()).Inc()
@@ -321,11 +309,11 @@ func (d *Dispatcher) Dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 	return res
 }
 
-func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, h Host) Result {
+func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, h sizing.Host) Result {
 	out := Result{Host: h, Stop: Done}
 
 	// 1. Plan.
-	local := h.Host
+	local := h
 	// A job's max cores has no "unlimited" value in Cuebot: 0 or less
 	// books nothing.
 	budget := max(l.JobMaxCores-l.JobCoresLive, 0)
@@ -515,7 +503,7 @@ func sumCores(ps []planned) int64 {
 // booking script honours the host's firm reservation (scheduler/
 // reservations), and carries the frame's backfill-until (now + the layer's
 // worst-case runtime; zero without history, which never backfills).
-func (d *Dispatcher) booking(l *jobs.Layer, h Host, p planned, until time.Time) publisher.Booking {
+func (d *Dispatcher) booking(l *jobs.Layer, h sizing.Host, p planned, until time.Time) publisher.Booking {
 	return publisher.Booking{
 		ProcID: p.proc, ShowID: l.ShowID, AllocID: h.AllocID, FolderID: l.FolderID, JobID: l.JobID,
 		LayerID: l.ID, DeptID: l.DeptID, Centicores: p.res.Cores, GPUs: p.res.GPUs,
@@ -537,7 +525,7 @@ func (d *Dispatcher) rollback(proc string) {
 
 // launch calls RQD for every frame, concurrently; failed[i] is frame i's
 // error.
-func (d *Dispatcher) launch(ctx context.Context, l *jobs.Layer, h Host, ps []planned) []error {
+func (d *Dispatcher) launch(ctx context.Context, l *jobs.Layer, h sizing.Host, ps []planned) []error {
 	failed := make([]error, len(ps))
 	if d.cfg.DryRun || d.rqd == nil {
 		return failed

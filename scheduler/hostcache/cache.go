@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cuesched/cuesched/scheduler/sizing"
 	"github.com/cuesched/cuesched/shared/cuebot"
 	"github.com/cuesched/cuesched/shared/replication"
 )
@@ -94,26 +95,18 @@ type Tap interface {
 	TapApply(txn *replication.Transaction)
 }
 
-// Host is a snapshot of one cached host as the scheduler sees it. Cores are
-// centicores, memory KB, as in Cuebot's tables.
+// Host is a snapshot of one cached host as the scheduler sees it: the
+// booking's host (sizing.Host: identity, thread mode, totals and idle
+// values, the requesting layer's cores) plus what only the cache knows.
+// Cores are centicores, memory KB, as in Cuebot's tables. KeepCores and
+// KeepMemKB are always zero here.
 type Host struct {
-	ID, Name   string
-	AllocID    string
+	sizing.Host
 	AllocName  string
 	FacilityID string
-	OS         string // host_stat.str_os
-	ThreadMode int    // 0 AUTO, 1 ALL, 2 VARIABLE
-	TotalCores int64
-	IdleCores  int64
-	TotalMemKB int64 // host_stat.int_mem_total
 	// TotalGPUs and TotalGPUMemKB are host.int_gpus and host.int_gpu_mem.
 	TotalGPUs     int64
 	TotalGPUMemKB int64
-	// IdleMemKB is least(host.int_mem_idle, host_stat.int_mem_free), and
-	// IdleGPUMemKB least(host.int_gpu_mem_idle, host_stat.int_gpu_mem_free).
-	IdleMemKB    int64
-	IdleGPUs     int64
-	IdleGPUMemKB int64
 	// AllocAvailableCores is the requesting show's subscription headroom on
 	// the host's allocation: int_burst − int_cores (centicores).
 	AllocAvailableCores int64
@@ -122,11 +115,10 @@ type Host struct {
 	// Version counts every change to the host (WAL or check-in).
 	LSN     replication.LSN
 	Version uint64
-	// Locality and LayerCores are the host's locality for the request's
-	// layer and the centicores the layer holds there (an estimate; see
-	// locality.go); zero without a layer (Lookup).
-	Locality   Locality
-	LayerCores int64
+	// Locality is the host's locality for the request's layer (see
+	// locality.go; Host.LayerCores is that layer's cores there, an
+	// estimate); zero without a layer (Lookup).
+	Locality Locality
 }
 
 // Profile is what a layer needs from a host: the floors (centicores, KB,
@@ -175,12 +167,6 @@ type Request struct {
 	// LayerID is the requesting layer: the host view carries its Locality
 	// and LayerCores, and Placement's locality bonus favours its hosts.
 	LayerID string
-}
-
-// Idle are the idle values of a host row (centicores, KB, devices, KB), as a
-// booking's UPDATE … RETURNING gives them.
-type Idle struct {
-	Cores, MemKB, GPUs, GPUMemKB int64
 }
 
 type lease struct {
@@ -686,10 +672,9 @@ func (c *Cache) groupLocked(key ClusterKey, now time.Time) *group {
 func (c *Cache) viewLocked(h *hostRec, showID string) Host {
 	v := c.effective(h)
 	out := Host{
-		ID: h.id, Name: h.name, AllocID: h.allocID, ThreadMode: h.threadMode, TotalCores: h.coresTotal,
-		TotalGPUs: h.gpusTotal, TotalGPUMemKB: h.gpuMemTotalKB,
-		IdleCores: v.cores, IdleMemKB: v.memKB, IdleGPUs: v.gpus, IdleGPUMemKB: v.gpuMemKB,
-		LSN: h.lsn, Version: h.version,
+		Host: sizing.Host{ID: h.id, Name: h.name, AllocID: h.allocID, ThreadMode: h.threadMode, TotalCores: h.coresTotal,
+			IdleCores: v.cores, IdleMemKB: v.memKB, IdleGPUs: v.gpus, IdleGPUMemKB: v.gpuMemKB},
+		TotalGPUs: h.gpusTotal, TotalGPUMemKB: h.gpuMemTotalKB, LSN: h.lsn, Version: h.version,
 	}
 	if a := c.st.allocs[h.allocID]; a != nil {
 		out.AllocName, out.FacilityID = a.name, a.facilityID
@@ -768,9 +753,10 @@ func (c *Cache) Checkout(ctx context.Context, req Request) (Host, error) {
 	return Host{}, &NoCandidateError{Watch: w}
 }
 
-// Checkin returns a checked-out host to the index. v are the host row's
-// idle values after the caller's bookings, as Postgres returned them; pass
-// the values Checkout returned (or call Release) if nothing was booked.
+// Checkin returns a checked-out host (v.ID) to the index. v's idle values
+// are the host row's after the caller's bookings, as Postgres returned
+// them; pass the host Checkout returned (or call Release) if nothing was
+// booked. Only v.ID and the four idle values are read.
 //
 // Ordering with the WAL (newest committed state wins, no stale
 // resurrection): if the WAL already delivered a host-row change with exactly
@@ -781,7 +767,8 @@ func (c *Cache) Checkout(ctx context.Context, req Request) (Host, error) {
 // AssumeTTL passes (forgotten). Eligibility (lock, state, tags, allocation,
 // deletion) always comes from the WAL, so a host locked, downed, re-tagged
 // or deleted while checked out does not come back.
-func (c *Cache) Checkin(hostID string, v Idle) {
+func (c *Cache) Checkin(v sizing.Host) {
+	hostID := v.ID
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l := c.leases[hostID]
@@ -796,7 +783,7 @@ func (c *Cache) Checkin(hostID string, v Idle) {
 		return // deleted while out
 	}
 	h.out = nil
-	got := idle{v.Cores, v.MemKB, v.GPUs, v.GPUMemKB}
+	got := idle{v.IdleCores, v.IdleMemKB, v.IdleGPUs, v.IdleGPUMemKB}
 	switch {
 	case got == l.handed:
 		// Nothing booked: the WAL state stands.
@@ -823,7 +810,8 @@ func (c *Cache) Release(hostID string) {
 	if l == nil {
 		return
 	}
-	c.Checkin(hostID, Idle{l.handed.cores, l.handed.memKB, l.handed.gpus, l.handed.gpuMemKB})
+	c.Checkin(sizing.Host{ID: hostID, IdleCores: l.handed.cores, IdleMemKB: l.handed.memKB, IdleGPUs: l.handed.gpus,
+		IdleGPUMemKB: l.handed.gpuMemKB})
 }
 
 func (c *Cache) clearAssumptionLocked(h *hostRec) {

@@ -21,9 +21,7 @@ func BenchmarkPlacement(b *testing.B) {
 	reqs := benchRequests()
 	policy := sizing.Policy{CoreUnit: 100, StrandedMemKB: 2 * gib}
 	accept := func(h Host) bool {
-		_, why := policy.Reserve(sizing.Host{TotalCores: h.TotalCores, IdleCores: h.IdleCores, TotalMemKB: h.TotalMemKB,
-			IdleMemKB: h.IdleMemKB, IdleGPUs: h.IdleGPUs, IdleGPUMem: h.IdleGPUMemKB, ThreadMode: h.ThreadMode},
-			sizing.Request{CoresMin: 100, MemKB: gib, Threadable: true}, -1)
+		_, why := policy.Reserve(h.Host, sizing.Request{CoresMin: 100, MemKB: gib, Threadable: true}, -1)
 		return why == sizing.Fits
 	}
 	type variant struct {

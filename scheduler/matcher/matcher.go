@@ -90,7 +90,7 @@ type HostRequest struct {
 	OS         string
 	Threadable bool
 	// Accept reports whether at least one frame fits on h.
-	Accept func(h dispatch.Host) bool
+	Accept func(h sizing.Host) bool
 	// LayerID is the layer asking (locality, the layer's cores on h).
 	LayerID string
 }
@@ -100,9 +100,9 @@ type Hosts interface {
 	// Checkout removes a fitting host from the cache, so no other caller
 	// gets it until Checkin; ErrNoCandidate when none fits, preferably as a
 	// *NoCandidateError with a watch.
-	Checkout(ctx context.Context, req HostRequest) (dispatch.Host, error)
+	Checkout(ctx context.Context, req HostRequest) (sizing.Host, error)
 	// Checkin returns a checked-out host with its current idle values.
-	Checkin(h dispatch.Host)
+	Checkin(h sizing.Host)
 }
 
 // BookingObserver is optionally implemented by Hosts: it is told which
@@ -110,12 +110,12 @@ type Hosts interface {
 // centicores, just before the host's check-in (the host cache's locality
 // and per-layer cores).
 type BookingObserver interface {
-	Booked(h dispatch.Host, layerID string, frames int, cores int64)
+	Booked(h sizing.Host, layerID string, frames int, cores int64)
 }
 
 // Dispatcher books and launches a batch (dispatch.Dispatcher).
 type Dispatcher interface {
-	Dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, h dispatch.Host) dispatch.Result
+	Dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, h sizing.Host) dispatch.Result
 }
 
 // Config holds the matcher's knobs.
@@ -419,10 +419,10 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 		coresHint = m.cfg.Policy.CoreUnit
 	}
 	// CPU work leaves an idle GPU's bundle free while GPU work waits.
-	keep := func(h *dispatch.Host) {}
+	keep := func(h *sizing.Host) {}
 	if m.guard != nil && l.GPUsMin <= 0 {
 		clusterTags := c.TagNames()
-		keep = func(h *dispatch.Host) {
+		keep = func(h *sizing.Host) {
 			h.KeepCores, h.KeepMemKB = m.guard.Keep(clusterTags, h.IdleGPUs)
 		}
 	}
@@ -442,7 +442,7 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 			FacilityID: c.FacilityID, ShowID: c.ShowID, Tags: tags,
 			CoresMin: coresHint, MemMinKB: l.MemMinKB, GPUsMin: l.GPUsMin, GPUMemMinKB: l.GPUMemMinKB,
 			OS: l.OS, Threadable: l.Threadable, LayerID: l.ID,
-			Accept: func(h dispatch.Host) bool {
+			Accept: func(h sizing.Host) bool {
 				if m.quarantined(h.ID) {
 					return false
 				}
@@ -453,7 +453,7 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 				if limit != nil && !limit(&h) {
 					return false
 				}
-				_, why := m.cfg.Policy.Reserve(h.Host, req, budget)
+				_, why := m.cfg.Policy.Reserve(h, req, budget)
 				return why == sizing.Fits
 			},
 		})

@@ -382,7 +382,7 @@ type pausingDispatcher struct {
 	calls int
 }
 
-func (p *pausingDispatcher) Dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, host dispatch.Host) dispatch.Result {
+func (p *pausingDispatcher) Dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, host sizing.Host) dispatch.Result {
 	p.calls++
 	if p.calls == 1 {
 		if _, err := p.h.pool.Exec(ctx, `UPDATE job SET b_paused = true WHERE pk_job = $1`, p.job); err != nil {

@@ -30,17 +30,34 @@ const (
 	Variable = 2
 )
 
-// Host is the capacity a frame is reserved on. Cores in centicores, memory
-// in KB. IdleMemKB should be the conservative value the host cache keeps
-// (least of host idle and host_stat free).
+// Host is a host as a booking sees it: its identity and its capacity
+// (cores in centicores, memory in KB). It is the one host type of the
+// booking path: the host cache hands it out (hostcache.Host embeds it), the
+// matcher's Accept and the dispatcher size frames against it, and the
+// dispatcher hands it back with the idle values Postgres returned, which is
+// what the cache checks in.
 type Host struct {
-	TotalCores, IdleCores int64
-	TotalMemKB, IdleMemKB int64
-	IdleGPUs, IdleGPUMem  int64
-	ThreadMode            int
+	ID, Name string
+	AllocID  string
+	// OS is host_stat.str_os (a comma-separated list Cuebot reads as the
+	// OSes the host serves).
+	OS         string
+	ThreadMode int // Auto, All or Variable
+	TotalCores int64
+	IdleCores  int64
+	TotalMemKB int64 // host_stat.int_mem_total
+	// IdleMemKB is the conservative value the host cache keeps: least of
+	// host.int_mem_idle and host_stat.int_mem_free; IdleGPUMemKB likewise.
+	IdleMemKB    int64
+	IdleGPUs     int64
+	IdleGPUMemKB int64
+	// LayerCores are the centicores the layer being matched already holds
+	// on the host, as the host cache counts its bookings (0 if unknown).
+	LayerCores int64
 	// KeepCores and KeepMemKB are held back from this reservation: idle
-	// capacity that other work (an idle GPU's bundle) must find free. They
-	// describe one booking decision, not the host.
+	// capacity that other work (an idle GPU's bundle, another layer's
+	// share) must find free. They describe one booking decision, not the
+	// host: the host cache ignores them.
 	KeepCores, KeepMemKB int64
 }
 
@@ -64,20 +81,6 @@ type Reservation struct {
 	GPUMemKB int64
 }
 
-// Policy holds the configured knobs.
-type Policy struct {
-	// CoreUnit is one core in centicores (100).
-	CoreUnit int64
-	// StrandedMemKB: a booking that leaves less idle memory than this takes
-	// every idle core (queue.memory_stranded_threshold).
-	StrandedMemKB int64
-	// MinMemKB replaces a negative memory request (bad data: layer
-	// int_mem_min has no CHECK): Cuebot's mem_reserved_min, as Cuebot
-	// raises a layer's minimum to it when the job is submitted. 0 clamps
-	// to 0.
-	MinMemKB int64
-}
-
 // Reason says why a frame does not fit.
 type Reason string
 
@@ -97,18 +100,13 @@ const (
 func (p Policy) Reserve(h Host, r Request, jobBudget int64) (Reservation, Reason) {
 	// Negative requests are bad data, never a reservation that gives the
 	// host resources back.
-	if r.MemKB < 0 {
-		r.MemKB = max(p.MinMemKB, 0)
-	}
+	r.MemKB = p.clampMemKB(r.MemKB)
 	r.GPUs, r.GPUMemKB = max(r.GPUs, 0), max(r.GPUMemKB, 0)
 	if h.KeepCores > 0 || h.KeepMemKB > 0 {
 		h.IdleCores = max(h.IdleCores-max(h.KeepCores, 0), 0)
 		h.IdleMemKB = max(h.IdleMemKB-max(h.KeepMemKB, 0), 0)
 	}
-	unit := p.CoreUnit
-	if unit <= 0 {
-		unit = 100
-	}
+	unit := p.Unit()
 	total := h.TotalCores / unit
 	idle := h.IdleCores / unit
 	if total <= 0 {
@@ -120,7 +118,7 @@ func (p Policy) Reserve(h Host, r Request, jobBudget int64) (Reservation, Reason
 	if h.IdleGPUs < r.GPUs {
 		return Reservation{}, NoGPUs
 	}
-	if h.IdleGPUMem < r.GPUMemKB {
+	if h.IdleGPUMemKB < r.GPUMemKB {
 		return Reservation{}, NoGPUMemory
 	}
 
@@ -178,5 +176,5 @@ func (h *Host) Take(r Reservation) {
 	h.IdleCores -= r.Cores
 	h.IdleMemKB -= r.MemKB
 	h.IdleGPUs -= r.GPUs
-	h.IdleGPUMem -= r.GPUMemKB
+	h.IdleGPUMemKB -= r.GPUMemKB
 }
