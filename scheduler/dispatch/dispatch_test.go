@@ -68,7 +68,7 @@ func newHarness(t *testing.T, mod func(*dispatch.Config)) *harness {
 	t.Cleanup(fake.Stop)
 	rqd := rqdclient.New(rqdclient.Options{Resolve: fake.Resolve, RequestTimeout: 5 * time.Second})
 	t.Cleanup(func() { rqd.Close() })
-	cfg := dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144, StrandedMemKB: 2 * farmseed.GB, SoftLimit: 1.6, HardLimit: 2}
+	cfg := dispatch.Config{Policy: sizing.Policy{CoreUnit: 100, MinMemKB: 262144, StrandedMemKB: 2 * farmseed.GB}, SoftLimit: 1.6, HardLimit: 2}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -526,7 +526,7 @@ func TestDispatchJobPausedOrKilledBeforeTheClaim(t *testing.T) {
 	host := h.host(farmseed.HostSpec{Cores: 16, MemKB: 32 * farmseed.GB})
 	rqd := rqdclient.New(rqdclient.Options{Resolve: h.fake.Resolve, RequestTimeout: 5 * time.Second})
 	t.Cleanup(func() { rqd.Close() })
-	cfg := dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144, StrandedMemKB: 2 * farmseed.GB, SoftLimit: 1.6, HardLimit: 2}
+	cfg := dispatch.Config{Policy: sizing.Policy{CoreUnit: 100, MinMemKB: 262144, StrandedMemKB: 2 * farmseed.GB}, SoftLimit: 1.6, HardLimit: 2}
 
 	nothingStarted := func(what string, j farmseed.Job, l *jobs.Layer, res dispatch.Result) {
 		t.Helper()
@@ -616,8 +616,8 @@ func TestLaunchUsingItsWholeBudgetIsCompensated(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	bl := &blockingLauncher{}
-	d := dispatch.New(h.pool, h.pub, bl, dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144,
-		StrandedMemKB: 2 * farmseed.GB, SoftLimit: 1.6, HardLimit: 2,
+	d := dispatch.New(h.pool, h.pub, bl, dispatch.Config{Policy: sizing.Policy{CoreUnit: 100, MinMemKB: 262144,
+		StrandedMemKB: 2 * farmseed.GB}, SoftLimit: 1.6, HardLimit: 2,
 		LaunchTimeout: 300 * time.Millisecond, CompensateTimeout: testenv.Patience(20 * time.Second)},
 		dispatch.Options{Registerer: prometheus.NewRegistry()})
 	host := h.host(farmseed.HostSpec{Cores: 8, MemKB: 32 * farmseed.GB})
@@ -660,8 +660,8 @@ func TestFailedKillAfterUncertainLaunchIsCounted(t *testing.T) {
 	var logs strings.Builder
 	var mu sync.Mutex
 	log := hclog.New(&hclog.LoggerOptions{Output: lockedWriter{&mu, &logs}, Level: hclog.Info})
-	d := dispatch.New(h.pool, h.pub, bl, dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144,
-		StrandedMemKB: 2 * farmseed.GB, SoftLimit: 1.6, HardLimit: 2,
+	d := dispatch.New(h.pool, h.pub, bl, dispatch.Config{Policy: sizing.Policy{CoreUnit: 100, MinMemKB: 262144,
+		StrandedMemKB: 2 * farmseed.GB}, SoftLimit: 1.6, HardLimit: 2,
 		LaunchTimeout: 100 * time.Millisecond, CompensateTimeout: testenv.Patience(20 * time.Second)},
 		dispatch.Options{Registerer: reg, Logger: log})
 	host := h.host(farmseed.HostSpec{Cores: 8, MemKB: 32 * farmseed.GB})

@@ -134,7 +134,7 @@ func (d *Dispatcher) commit(ctx context.Context, l *jobs.Layer, h sizing.Host, b
 		b.Queue(lockLimitsSQL, limits)
 	}
 	b.Queue(d.claim, frameIDs, procs, versions, cores, mem, gpus, gpuMem,
-		h.Name, l.ShowID, limits, h.ID, l.ID, l.JobID, d.cfg.MemReservedMinKB)
+		h.Name, l.ShowID, limits, h.ID, l.ID, l.JobID, d.cfg.Policy.MinMemKB)
 	br := conn.SendBatch(ctx, b)
 	room = -1
 	jobOK := true

@@ -20,9 +20,9 @@ import (
 func BenchmarkPlacement(b *testing.B) {
 	reqs := benchRequests()
 	policy := sizing.Policy{CoreUnit: 100, StrandedMemKB: 2 * gib}
+	shape := sizing.Shape{CoresMin: 100, MemMinKB: gib, Threadable: true, JobMaxCores: 1 << 40}
 	accept := func(h Host) bool {
-		_, why := policy.Reserve(h.Host, sizing.Request{CoresMin: 100, MemKB: gib, Threadable: true}, -1)
-		return why == sizing.Fits
+		return policy.Fits(h.Host, shape)
 	}
 	type variant struct {
 		name      string

@@ -67,8 +67,8 @@ func newHarness(t *testing.T, attempts int) *harness {
 	t.Cleanup(fake.Stop)
 	rqd := rqdclient.New(rqdclient.Options{Resolve: fake.Resolve})
 	t.Cleanup(func() { rqd.Close() })
-	policy := sizing.Policy{CoreUnit: 100, StrandedMemKB: 2 * farmseed.GB}
-	d := dispatch.New(pool, pub, rqd, dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144, StrandedMemKB: policy.StrandedMemKB},
+	policy := sizing.Policy{CoreUnit: 100, StrandedMemKB: 2 * farmseed.GB, MinMemKB: 262144}
+	d := dispatch.New(pool, pub, rqd, dispatch.Config{Policy: policy},
 		dispatch.Options{Registerer: prometheus.NewRegistry()})
 	h := &harness{t: t, fake: fake, pool: pool, seed: &farmseed.Seeder{DB: pool}, pub: pub, hosts: farmseed.NewDBHosts(pool),
 		backoff: jobs.NewBackoff(time.Minute, time.Hour), permits: matcher.NewPermits(), disp: d, policy: policy}

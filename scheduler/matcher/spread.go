@@ -26,35 +26,18 @@ func (s Spread) Room(h sizing.Host, frameCores int64) (int64, bool) {
 	return max(room, 0), room >= frameCores
 }
 
-// spreadLimit returns what applies the cap to a host for layer l: it
+// spreadLimit returns what applies the cap to a host for a layer whose
+// frames book at least frameCores each (sizing.Policy.FrameCores): it
 // raises h.KeepCores so the layer books at most its room and reports
-// whether one frame still fits; nil when the cap does not apply.
-func (m *Matcher) spreadLimit(l frameShape, solo bool) func(h *sizing.Host) bool {
-	if m.cfg.Spread.Fraction <= 0 || solo {
+// whether one frame still fits; nil when the cap does not apply (the cap is
+// off, the layer is alone, or its frames take the whole host).
+func (m *Matcher) spreadLimit(frameCores int64, solo bool) func(h *sizing.Host) bool {
+	if m.cfg.Spread.Fraction <= 0 || solo || frameCores <= 0 {
 		return nil
-	}
-	unit := m.cfg.Policy.CoreUnit
-	if unit <= 0 {
-		unit = 100
-	}
-	var frameCores int64
-	switch {
-	case !l.threadable:
-		frameCores = unit
-	case l.coresMin <= 0:
-		return nil // whole-host frames
-	default:
-		frameCores = (l.coresMin + unit - 1) / unit * unit
 	}
 	return func(h *sizing.Host) bool {
 		room, ok := m.cfg.Spread.Room(*h, frameCores)
 		h.KeepCores = max(h.KeepCores, h.IdleCores-room)
 		return ok
 	}
-}
-
-// frameShape is what the spread cap reads of a layer.
-type frameShape struct {
-	coresMin   int64
-	threadable bool
 }

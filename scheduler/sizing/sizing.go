@@ -18,9 +18,18 @@
 //   - The layer's per-frame cap (int_cores_max) and the job's remaining
 //     budget then cap the count.
 //
-// Memory, GPUs and GPU memory book exactly the layer minimums. A frame that
-// does not fit (no core left, or the cores, memory or GPUs it needs exceed
-// what is idle) is refused.
+// Memory books the layer's effective memory (Policy.MemKB: today the layer
+// minimum, a negative one replaced by mem_reserved_min); GPUs and GPU memory
+// book exactly the layer minimums. A frame that does not fit (no core left,
+// or the cores, memory or GPUs it needs exceed what is idle) is refused.
+//
+// One Policy, built from the configuration by package scheduler, is shared
+// by the matcher (Policy.Floor for the host cache's floors, Policy.Fits in
+// its Accept, Policy.FrameCores for the layer spread cap), the dispatcher
+// (Policy.Plan) and the reservation loop (Policy.FitsIdle). It reads a
+// layer as a Shape (embedded in jobs.Layer) and a host as a Host (embedded
+// in hostcache.Host), the one host type of the booking path. The package
+// does no I/O.
 package sizing
 
 // Thread modes (host.int_thread_mode).
