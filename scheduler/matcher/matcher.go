@@ -81,13 +81,9 @@ type HostRequest struct {
 	// Tags are the cluster's tags the layer carries, in probe order
 	// (MANUAL, HOSTNAME, HARDWARE, ALLOC); the host must carry one.
 	Tags []clusters.Tag
-	// Floors of the layer (centicores, KB, devices: sizing.Policy.Floor;
-	// the "whole host" sentinels are passed as one core and left to
-	// Accept).
-	CoresMin    int64
-	MemMinKB    int64
-	GPUsMin     int64
-	GPUMemMinKB int64
+	// Floor is what the host must have idle (sizing.Policy.Floor: the
+	// "whole host" sentinels are passed as one core and left to Accept).
+	Floor sizing.Floor
 	// OS is the job's OS ("" = any); Threadable gates thread-mode ALL hosts.
 	OS         string
 	Threadable bool
@@ -423,8 +419,7 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 		now := time.Now()
 		host, err := m.hosts.Checkout(ctx, HostRequest{
 			FacilityID: c.FacilityID, ShowID: c.ShowID, Tags: tags,
-			CoresMin: floor.Cores, MemMinKB: floor.MemKB, GPUsMin: floor.GPUs, GPUMemMinKB: floor.GPUMemKB,
-			OS: l.OS, Threadable: l.Threadable, LayerID: l.ID,
+			Floor: floor, OS: l.OS, Threadable: l.Threadable, LayerID: l.ID,
 			Accept: func(h sizing.Host) bool {
 				if m.quarantined(h.ID) {
 					return false

@@ -41,7 +41,7 @@ func (a *Hosts) Checkout(ctx context.Context, req matcher.HostRequest) (sizing.H
 	r := hostcache.Request{
 		FacilityID: req.FacilityID, ShowID: req.ShowID, Tags: tags,
 		Profile: hostcache.Profile{
-			CoresMin: req.CoresMin, MemMinKB: req.MemMinKB, GPUsMin: req.GPUsMin, GPUMemMinKB: req.GPUMemMinKB,
+			CoresMin: req.Floor.Cores, MemMinKB: req.Floor.MemKB, GPUsMin: req.Floor.GPUs, GPUMemMinKB: req.Floor.GPUMemKB,
 			OS: req.OS, Threadable: req.Threadable,
 		},
 		LayerID: req.LayerID,

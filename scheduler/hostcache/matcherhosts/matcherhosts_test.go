@@ -74,7 +74,7 @@ func TestAdapterAgainstPostgres(t *testing.T) {
 	var seen []sizing.Host
 	req := matcher.HostRequest{
 		FacilityID: facility, ShowID: show, Tags: []clusters.Tag{{Name: "general", Type: clusters.Manual}},
-		CoresMin: 200, MemMinKB: 4 * gib, OS: "linux",
+		Floor: sizing.Floor{Cores: 200, MemKB: 4 * gib}, OS: "linux",
 		Accept: func(h sizing.Host) bool { seen = append(seen, h); return true },
 	}
 	h, err := hosts.Checkout(ctx, req)

@@ -52,7 +52,7 @@ func (d *DBHosts) Checkout(ctx context.Context, req matcher.HostRequest) (sizing
 	for _, t := range req.Tags {
 		tags = append(tags, t.Name)
 	}
-	rows, err := d.DB.Query(ctx, dbHostsSQL, req.ShowID, req.FacilityID, tags, req.CoresMin, req.MemMinKB, req.GPUsMin)
+	rows, err := d.DB.Query(ctx, dbHostsSQL, req.ShowID, req.FacilityID, tags, req.Floor.Cores, req.Floor.MemKB, req.Floor.GPUs)
 	if err != nil {
 		return sizing.Host{}, fmt.Errorf("farmseed hosts: %w", err)
 	}
@@ -79,7 +79,7 @@ func (d *DBHosts) Checkout(ctx context.Context, req matcher.HostRequest) (sizing
 		if h.ThreadMode == sizing.All && !req.Threadable {
 			continue
 		}
-		if h.IdleGPUMemKB < req.GPUMemMinKB {
+		if h.IdleGPUMemKB < req.Floor.GPUMemKB {
 			continue
 		}
 		if req.Accept != nil && !req.Accept(h) {
