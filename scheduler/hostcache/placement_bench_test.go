@@ -20,9 +20,9 @@ import (
 func BenchmarkPlacement(b *testing.B) {
 	reqs := benchRequests()
 	policy := sizing.Policy{CoreUnit: 100, StrandedMemKB: 2 * gib}
-	shape := sizing.Shape{CoresMin: 100, MemMinKB: gib, Threadable: true, JobMaxCores: 1 << 40}
+	fits := policy.Fitter(sizing.Shape{CoresMin: 100, MemMinKB: gib, Threadable: true, JobMaxCores: 1 << 40})
 	accept := func(h Host) bool {
-		return policy.Fits(h.Host, shape)
+		return fits(&h.Host)
 	}
 	type variant struct {
 		name      string

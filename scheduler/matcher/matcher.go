@@ -417,6 +417,7 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 	for attempts < m.cfg.Attempts && len(remaining) > 0 && ctx.Err() == nil {
 		attempts++
 		now := time.Now()
+		fits := m.cfg.Policy.Fitter(l.Shape) // the job's live cores as of this attempt
 		host, err := m.hosts.Checkout(ctx, HostRequest{
 			FacilityID: c.FacilityID, ShowID: c.ShowID, Tags: tags,
 			Floor: floor, OS: l.OS, Threadable: l.Threadable, LayerID: l.ID,
@@ -431,7 +432,7 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 				if limit != nil && !limit(&h) {
 					return false
 				}
-				return m.cfg.Policy.Fits(h, l.Shape)
+				return fits(&h)
 			},
 		})
 		t.pass()

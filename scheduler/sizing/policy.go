@@ -90,8 +90,19 @@ func (p Policy) Request(l Shape) Request {
 // Fits reports whether one frame of l fits on h now, within its job's
 // budget (the matcher's host-cache Accept).
 func (p Policy) Fits(h Host, l Shape) bool {
-	_, why := p.Reserve(h, p.Request(l), p.JobBudget(l))
-	return why == Fits
+	return p.Fitter(l)(&h)
+}
+
+// Fitter is Fits for many hosts: it resolves l's request and budget once
+// and returns what reports whether one frame fits on a host (the host
+// cache runs it for every candidate). Take a new one when l's job changes
+// (its live cores after a booking).
+func (p Policy) Fitter(l Shape) func(h *Host) bool {
+	r, budget := p.Request(l), p.JobBudget(l)
+	return func(h *Host) bool {
+		_, why := p.reserve(h, &r, budget)
+		return why == Fits
+	}
 }
 
 // FitsIdle reports whether one frame of l would fit on h with every core
@@ -102,7 +113,7 @@ func (p Policy) FitsIdle(h Host, l Shape) bool {
 	h.KeepCores, h.KeepMemKB = 0, 0
 	r := p.Request(l)
 	r.GPUs, r.GPUMemKB = 0, 0
-	_, why := p.Reserve(h, r, -1)
+	_, why := p.reserve(&h, &r, -1)
 	return why == Fits
 }
 
@@ -112,7 +123,7 @@ func (p Policy) FitsIdle(h Host, l Shape) bool {
 func (p Policy) Plan(h Host, l Shape, n int) (rs []Reservation, why Reason) {
 	req, budget := p.Request(l), p.JobBudget(l)
 	for range n {
-		r, why := p.Reserve(h, req, budget)
+		r, why := p.reserve(&h, &req, budget)
 		if why != Fits {
 			return rs, why
 		}

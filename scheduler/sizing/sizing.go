@@ -24,7 +24,7 @@
 // or the cores, memory or GPUs it needs exceed what is idle) is refused.
 //
 // One Policy, built from the configuration by package scheduler, is shared
-// by the matcher (Policy.Floor for the host cache's floors, Policy.Fits in
+// by the matcher (Policy.Floor for the host cache's floors, Policy.Fitter in
 // its Accept, Policy.FrameCores for the layer spread cap), the dispatcher
 // (Policy.Plan) and the reservation loop (Policy.FitsIdle). It reads a
 // layer as a Shape (embedded in jobs.Layer) and a host as a Host (embedded
@@ -107,27 +107,34 @@ const (
 // Reserve sizes one frame on h. jobBudget is what the job may still book
 // (centicores); negative means unlimited.
 func (p Policy) Reserve(h Host, r Request, jobBudget int64) (Reservation, Reason) {
+	return p.reserve(&h, &r, jobBudget)
+}
+
+// reserve is Reserve on pointers (the host is large, and Accept runs it for
+// every candidate host): it reads h and r and changes neither.
+func (p Policy) reserve(h *Host, r *Request, jobBudget int64) (Reservation, Reason) {
 	// Negative requests are bad data, never a reservation that gives the
 	// host resources back.
-	r.MemKB = p.clampMemKB(r.MemKB)
-	r.GPUs, r.GPUMemKB = max(r.GPUs, 0), max(r.GPUMemKB, 0)
+	memKB := p.clampMemKB(r.MemKB)
+	gpus, gpuMemKB := max(r.GPUs, 0), max(r.GPUMemKB, 0)
+	idleCores, idleMemKB := h.IdleCores, h.IdleMemKB
 	if h.KeepCores > 0 || h.KeepMemKB > 0 {
-		h.IdleCores = max(h.IdleCores-max(h.KeepCores, 0), 0)
-		h.IdleMemKB = max(h.IdleMemKB-max(h.KeepMemKB, 0), 0)
+		idleCores = max(idleCores-max(h.KeepCores, 0), 0)
+		idleMemKB = max(idleMemKB-max(h.KeepMemKB, 0), 0)
 	}
 	unit := p.Unit()
 	total := h.TotalCores / unit
-	idle := h.IdleCores / unit
+	idle := idleCores / unit
 	if total <= 0 {
 		return Reservation{}, BadHostCores
 	}
-	if h.IdleMemKB < r.MemKB {
+	if idleMemKB < memKB {
 		return Reservation{}, NoMemory
 	}
-	if h.IdleGPUs < r.GPUs {
+	if h.IdleGPUs < gpus {
 		return Reservation{}, NoGPUs
 	}
-	if h.IdleGPUMemKB < r.GPUMemKB {
+	if h.IdleGPUMemKB < gpuMemKB {
 		return Reservation{}, NoGPUMemory
 	}
 
@@ -154,13 +161,13 @@ func (p Policy) Reserve(h Host, r Request, jobBudget int64) (Reservation, Reason
 		cores = idle
 	case h.ThreadMode == Variable && want <= 2:
 		cores = 2
-	case r.Selfish || h.IdleMemKB-r.MemKB <= p.StrandedMemKB:
+	case r.Selfish || idleMemKB-memKB <= p.StrandedMemKB:
 		cores = idle
 	default:
 		perCore := (h.TotalMemKB + total/2) / total // rounded KB per core
 		balanced := want
 		if perCore > 0 {
-			balanced = r.MemKB / perCore
+			balanced = memKB / perCore
 		}
 		cores = max(balanced, want)
 	}
@@ -177,7 +184,7 @@ func (p Policy) Reserve(h Host, r Request, jobBudget int64) (Reservation, Reason
 	if cores <= 0 || cores > total || cores > idle {
 		return Reservation{}, NoCores
 	}
-	return Reservation{Cores: cores * unit, MemKB: r.MemKB, GPUs: r.GPUs, GPUMemKB: r.GPUMemKB}, Fits
+	return Reservation{Cores: cores * unit, MemKB: memKB, GPUs: gpus, GPUMemKB: gpuMemKB}, Fits
 }
 
 // Take subtracts a reservation from the host's idle values.
