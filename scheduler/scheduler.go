@@ -223,11 +223,11 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 			"ts_start_after", schema.StartAfter, "ts_eligible", schema.FrameEligible)
 	}
 
-	unit := int64(q.CoreMultiplier)
-	if unit <= 0 {
-		unit = 100
-	}
-	policy := sizing.Policy{CoreUnit: unit, StrandedMemKB: kb(q.MemoryStrandedThreshold), MinMemKB: kb(q.MemReservedMin)}
+	// The one sizing policy: the matcher's Accept, the dispatcher's plan
+	// and the reservation loop all size frames with this value.
+	policy := sizing.Policy{CoreUnit: int64(q.CoreMultiplier), StrandedMemKB: kb(q.MemoryStrandedThreshold),
+		MinMemKB: kb(q.MemReservedMin), SelfishServices: q.SelfishServices}
+	unit := policy.Unit()
 	if !cfg.RQD.DryRun {
 		resolve := d.RQDResolve
 		if resolve == nil && cfg.RQD.AddressOverride != "" {
@@ -248,8 +248,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 	s.Reservations = newReservations(cfg, s.pool, s.rdb, resvHosts, policy, log, d.Registerer)
 	s.loops = append(s.loops, s.Reservations.Run)
 	s.Dispatcher = dispatch.New(s.pool, s.Publisher, launcher, dispatch.Config{
-		CoreUnit: unit, MemReservedMinKB: kb(q.MemReservedMin), StrandedMemKB: policy.StrandedMemKB,
-		SelfishServices: q.SelfishServices, SoftLimit: q.FrameMemorySoftLimit, HardLimit: q.FrameMemoryHardLimit,
+		Policy: policy, SoftLimit: q.FrameMemorySoftLimit, HardLimit: q.FrameMemoryHardLimit,
 		DryRun: cfg.RQD.DryRun, Schema: &schema,
 		LaunchTimeout: budget.Launch, CompensateTimeout: budget.Compensate,
 		// Well inside the grace after which the accounting loop drops a
@@ -308,7 +307,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 	}
 	s.Matcher = matcher.New(s.pool, hosts, s.Dispatcher, matcher.Config{
 		Attempts: q.HostCandidateAttemptsPerLayer, FramesPerLayer: q.DispatchFramesPerLayerLimit, FramesPerJob: q.DispatchFramesPerJobLimit,
-		MaxConcurrentLayers: max(maxLayers, 1), Policy: policy, SelfishServices: q.SelfishServices, Schema: &schema,
+		MaxConcurrentLayers: max(maxLayers, 1), Policy: policy, Schema: &schema,
 		HostQuarantine: q.HostQuarantine.D(), Spread: spread,
 	}, matcher.Options{Logger: log, Registerer: d.Registerer, Backoff: s.Backoff, Guard: guard, Reservations: s.Reservations})
 

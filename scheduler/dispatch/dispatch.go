@@ -3,9 +3,9 @@
 //
 // # Order of operations
 //
-//  1. Plan: size each frame with Cuebot's reservation rules (package
-//     reserve) against a local copy of the host's idle values, stopping at
-//     the first frame that does not fit. Every planned frame gets a fresh
+//  1. Plan: size each frame with the shared sizing.Policy (Config.Policy,
+//     Cuebot's reservation rules) against a local copy of the host's idle
+//     values, stopping at the first frame that does not fit. Every planned frame gets a fresh
 //     proc UUID.
 //  2. Book in Redis first (publisher.Book), all planned frames at once
 //     (concurrent script calls; each is atomic, so caps hold whatever the
@@ -82,7 +82,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -97,18 +96,6 @@ import (
 	"github.com/cuesched/cuesched/scheduler/runframe"
 	"github.com/cuesched/cuesched/scheduler/sizing"
 )
-
-// Host is a checked-out host: identity plus the capacity used to size
-// frames (centicores, KB).
-type Host struct {
-	ID, Name string
-	AllocID  string
-	OS       string
-	sizing.Host
-	// LayerCores are the centicores the layer being matched already holds
-	// on the host, as the host cache counts its bookings (0 if unknown).
-	LayerCores int64
-}
 
 // Accounting is the Redis booking API (publisher.Publisher).
 type Accounting interface {
@@ -125,14 +112,11 @@ type Launcher interface {
 
 // Config holds the dispatch knobs.
 type Config struct {
-	// CoreUnit is one core in centicores (100).
-	CoreUnit int64
-	// MemReservedMinKB is written to proc.int_mem_used.
-	MemReservedMinKB int64
-	// StrandedMemKB is queue.memory_stranded_threshold in KB.
-	StrandedMemKB int64
-	// SelfishServices take every idle core.
-	SelfishServices []string
+	// Policy sizes the frames: the one the matcher's Accept uses (built
+	// once by package scheduler), so a host the matcher checked out takes
+	// a frame unless Postgres disagrees. Its MinMemKB is also written to
+	// proc.int_mem_used.
+	Policy sizing.Policy
 	// SoftLimit and HardLimit scale the reserved memory into the RunFrame
 	// memory limits (1.6, 2.0).
 	SoftLimit, HardLimit float64
@@ -180,7 +164,6 @@ type Dispatcher struct {
 	acct   Accounting
 	rqd    Launcher
 	cfg    Config
-	policy sizing.Policy
 	limits runframe.Limits
 	log    hclog.Logger
 	m      *metrics
@@ -190,9 +173,6 @@ type Dispatcher struct {
 
 // New returns a Dispatcher. rqd may be nil in dry-run mode.
 func New(pool *pgxpool.Pool, acct Accounting, rqd Launcher, cfg Config, o Options) *Dispatcher {
-	if cfg.CoreUnit <= 0 {
-		cfg.CoreUnit = 100
-	}
 	if cfg.LaunchTimeout <= 0 {
 		cfg.LaunchTimeout = time.Minute
 	}
@@ -214,8 +194,7 @@ func New(pool *pgxpool.Pool, acct Accounting, rqd Launcher, cfg Config, o Option
 	}
 	d := &Dispatcher{
 		pool: pool, acct: acct, rqd: rqd, cfg: cfg,
-		policy: sizing.Policy{CoreUnit: cfg.CoreUnit, StrandedMemKB: cfg.StrandedMemKB, MinMemKB: cfg.MemReservedMinKB},
-		limits: runframe.Limits{Soft: cfg.SoftLimit, Hard: cfg.HardLimit, CoreUnit: cfg.CoreUnit},
+		limits: runframe.Limits{Soft: cfg.SoftLimit, Hard: cfg.HardLimit, CoreUnit: cfg.Policy.Unit()},
 		log:    log.Named("dispatch"),
 		m:      newMetrics(o.Registerer),
 		claim:  ClaimSQL,
@@ -272,7 +251,7 @@ type Result struct {
 	// Host carries the idle values after the batch: the ones Postgres
 	// returned when the transaction committed (and compensations), else
 	// the host as given.
-	Host Host
+	Host sizing.Host
 	// Dispatched are the frames now running (booked, in dry-run mode).
 	Dispatched []string
 	// Claimed are frames another dispatcher took (or that stopped being
@@ -303,17 +282,8 @@ type planned struct {
 	resv  string // publisher.Result.Reservation of its booking
 }
 
-func (d *Dispatcher) selfish(l *jobs.Layer) bool {
-	for _, s := range l.Services {
-		if slices.Contains(d.cfg.SelfishServices, s) {
-			return true
-		}
-	}
-	return false
-}
-
 // Dispatch books frames (in order) of layer l on host h and launches them.
-func (d *Dispatcher) Dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, h Host) Result {
+func (d *Dispatcher) Dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, h sizing.Host) Result {
 	start := time.Now()
 	res := d.dispatch(ctx, l, frames, h)
 	d.m.batches.WithLabelValues(res.Stop.String()).Inc()
@@ -321,35 +291,21 @@ func (d *Dispatcher) Dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 	return res
 }
 
-func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, h Host) Result {
+func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, h sizing.Host) Result {
 	out := Result{Host: h, Stop: Done}
 
 	// 1. Plan.
-	local := h.Host
-	// A job's max cores has no "unlimited" value in Cuebot: 0 or less
-	// books nothing.
-	budget := max(l.JobMaxCores-l.JobCoresLive, 0)
-	req := sizing.Request{
-		CoresMin: l.CoresMin, CoresMax: l.CoresMax, MemKB: l.MemMinKB, GPUs: l.GPUsMin, GPUMemKB: l.GPUMemMinKB,
-		Threadable: l.Threadable, Selfish: d.selfish(l),
+	sized, why := d.cfg.Policy.Plan(h, l.Shape, len(frames))
+	switch why {
+	case sizing.Fits:
+	case sizing.JobAtCap:
+		out.Stop = JobAtCap
+	default:
+		out.Stop = HostFull
 	}
-	var plan []planned
-	for _, f := range frames {
-		b := budget
-		if b >= 0 {
-			b = max(budget-sumCores(plan), 0)
-		}
-		r, why := d.policy.Reserve(local, req, b)
-		if why != sizing.Fits {
-			if why == sizing.JobAtCap {
-				out.Stop = JobAtCap
-			} else {
-				out.Stop = HostFull
-			}
-			break
-		}
-		local.Take(r)
-		plan = append(plan, planned{frame: f, res: r, proc: uuid.NewString()})
+	plan := make([]planned, len(sized))
+	for i, r := range sized {
+		plan[i] = planned{frame: frames[i], res: r, proc: uuid.NewString()}
 	}
 	if len(plan) == 0 {
 		return out
@@ -503,19 +459,11 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 	return out
 }
 
-func sumCores(ps []planned) int64 {
-	var n int64
-	for _, p := range ps {
-		n += p.res.Cores
-	}
-	return n
-}
-
 // booking is one planned frame's Redis booking. It names the host, so the
 // booking script honours the host's firm reservation (scheduler/
 // reservations), and carries the frame's backfill-until (now + the layer's
 // worst-case runtime; zero without history, which never backfills).
-func (d *Dispatcher) booking(l *jobs.Layer, h Host, p planned, until time.Time) publisher.Booking {
+func (d *Dispatcher) booking(l *jobs.Layer, h sizing.Host, p planned, until time.Time) publisher.Booking {
 	return publisher.Booking{
 		ProcID: p.proc, ShowID: l.ShowID, AllocID: h.AllocID, FolderID: l.FolderID, JobID: l.JobID,
 		LayerID: l.ID, DeptID: l.DeptID, Centicores: p.res.Cores, GPUs: p.res.GPUs,
@@ -537,7 +485,7 @@ func (d *Dispatcher) rollback(proc string) {
 
 // launch calls RQD for every frame, concurrently; failed[i] is frame i's
 // error.
-func (d *Dispatcher) launch(ctx context.Context, l *jobs.Layer, h Host, ps []planned) []error {
+func (d *Dispatcher) launch(ctx context.Context, l *jobs.Layer, h sizing.Host, ps []planned) []error {
 	failed := make([]error, len(ps))
 	if d.cfg.DryRun || d.rqd == nil {
 		return failed

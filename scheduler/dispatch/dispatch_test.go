@@ -68,7 +68,7 @@ func newHarness(t *testing.T, mod func(*dispatch.Config)) *harness {
 	t.Cleanup(fake.Stop)
 	rqd := rqdclient.New(rqdclient.Options{Resolve: fake.Resolve, RequestTimeout: 5 * time.Second})
 	t.Cleanup(func() { rqd.Close() })
-	cfg := dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144, StrandedMemKB: 2 * farmseed.GB, SoftLimit: 1.6, HardLimit: 2}
+	cfg := dispatch.Config{Policy: sizing.Policy{CoreUnit: 100, MinMemKB: 262144, StrandedMemKB: 2 * farmseed.GB}, SoftLimit: 1.6, HardLimit: 2}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -107,7 +107,7 @@ func (h *harness) exec(sql string, args ...any) {
 }
 
 // host inserts a host and returns it as the host cache would hand it out.
-func (h *harness) host(spec farmseed.HostSpec) dispatch.Host {
+func (h *harness) host(spec farmseed.HostSpec) sizing.Host {
 	h.t.Helper()
 	h.nhost++
 	if spec.Name == "" {
@@ -118,14 +118,14 @@ func (h *harness) host(spec farmseed.HostSpec) dispatch.Host {
 	return h.load(id)
 }
 
-func (h *harness) load(id string) dispatch.Host {
+func (h *harness) load(id string) sizing.Host {
 	h.t.Helper()
-	var d dispatch.Host
+	var d sizing.Host
 	var mode int64
 	err := h.pool.QueryRow(context.Background(), `SELECT h.pk_host, h.str_name, h.pk_alloc, hs.str_os, h.int_cores, h.int_cores_idle,
 		hs.int_mem_total, LEAST(h.int_mem_idle, hs.int_mem_free), h.int_gpus_idle, h.int_gpu_mem_idle, h.int_thread_mode
 		FROM host h JOIN host_stat hs ON hs.pk_host = h.pk_host WHERE h.pk_host = $1`, id).Scan(
-		&d.ID, &d.Name, &d.AllocID, &d.OS, &d.TotalCores, &d.IdleCores, &d.TotalMemKB, &d.IdleMemKB, &d.IdleGPUs, &d.IdleGPUMem, &mode)
+		&d.ID, &d.Name, &d.AllocID, &d.OS, &d.TotalCores, &d.IdleCores, &d.TotalMemKB, &d.IdleMemKB, &d.IdleGPUs, &d.IdleGPUMemKB, &mode)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestDispatchBooksAndLaunches(t *testing.T) {
 		t.Fatalf("result = %+v", res)
 	}
 	if res.Host.IdleCores != 400 || res.Host.IdleMemKB != 24*farmseed.GB {
-		t.Fatalf("host after = %+v", res.Host.Host)
+		t.Fatalf("host after = %+v", res.Host)
 	}
 	// Postgres: frames RUNNING on the host, version bumped, procs, host.
 	if n := h.count(`SELECT count(*) FROM frame WHERE pk_layer = $1 AND str_state = 'RUNNING' AND str_host = $2
@@ -412,7 +412,7 @@ func TestDispatchLaunchFailureCompensatesOnce(t *testing.T) {
 		t.Fatalf("result = %+v", res)
 	}
 	if res.Host.IdleCores != host.IdleCores || res.Host.IdleMemKB != host.IdleMemKB {
-		t.Fatalf("host after compensation = %+v, want %+v", res.Host.Host, host.Host)
+		t.Fatalf("host after compensation = %+v, want %+v", res.Host, host)
 	}
 	if n := h.count(`SELECT count(*) FROM frame WHERE pk_layer = $1 AND str_state = 'WAITING' AND int_exit_status = 299 AND int_version = 2`, l.ID); n != 3 {
 		t.Fatalf("%d frames back to WAITING, want 3", n)
@@ -458,7 +458,7 @@ func TestDispatchConcurrentClaims(t *testing.T) {
 	h := newHarness(t, nil)
 	const hosts, frames = 8, 40
 	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: frames, NotThreadable: true}}})
-	var hs []dispatch.Host
+	var hs []sizing.Host
 	for i := 0; i < hosts; i++ {
 		hs = append(hs, h.host(farmseed.HostSpec{Cores: 64}))
 	}
@@ -526,7 +526,7 @@ func TestDispatchJobPausedOrKilledBeforeTheClaim(t *testing.T) {
 	host := h.host(farmseed.HostSpec{Cores: 16, MemKB: 32 * farmseed.GB})
 	rqd := rqdclient.New(rqdclient.Options{Resolve: h.fake.Resolve, RequestTimeout: 5 * time.Second})
 	t.Cleanup(func() { rqd.Close() })
-	cfg := dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144, StrandedMemKB: 2 * farmseed.GB, SoftLimit: 1.6, HardLimit: 2}
+	cfg := dispatch.Config{Policy: sizing.Policy{CoreUnit: 100, MinMemKB: 262144, StrandedMemKB: 2 * farmseed.GB}, SoftLimit: 1.6, HardLimit: 2}
 
 	nothingStarted := func(what string, j farmseed.Job, l *jobs.Layer, res dispatch.Result) {
 		t.Helper()
@@ -616,8 +616,8 @@ func TestLaunchUsingItsWholeBudgetIsCompensated(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	bl := &blockingLauncher{}
-	d := dispatch.New(h.pool, h.pub, bl, dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144,
-		StrandedMemKB: 2 * farmseed.GB, SoftLimit: 1.6, HardLimit: 2,
+	d := dispatch.New(h.pool, h.pub, bl, dispatch.Config{Policy: sizing.Policy{CoreUnit: 100, MinMemKB: 262144,
+		StrandedMemKB: 2 * farmseed.GB}, SoftLimit: 1.6, HardLimit: 2,
 		LaunchTimeout: 300 * time.Millisecond, CompensateTimeout: testenv.Patience(20 * time.Second)},
 		dispatch.Options{Registerer: prometheus.NewRegistry()})
 	host := h.host(farmseed.HostSpec{Cores: 8, MemKB: 32 * farmseed.GB})
@@ -660,8 +660,8 @@ func TestFailedKillAfterUncertainLaunchIsCounted(t *testing.T) {
 	var logs strings.Builder
 	var mu sync.Mutex
 	log := hclog.New(&hclog.LoggerOptions{Output: lockedWriter{&mu, &logs}, Level: hclog.Info})
-	d := dispatch.New(h.pool, h.pub, bl, dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144,
-		StrandedMemKB: 2 * farmseed.GB, SoftLimit: 1.6, HardLimit: 2,
+	d := dispatch.New(h.pool, h.pub, bl, dispatch.Config{Policy: sizing.Policy{CoreUnit: 100, MinMemKB: 262144,
+		StrandedMemKB: 2 * farmseed.GB}, SoftLimit: 1.6, HardLimit: 2,
 		LaunchTimeout: 100 * time.Millisecond, CompensateTimeout: testenv.Patience(20 * time.Second)},
 		dispatch.Options{Registerer: reg, Logger: log})
 	host := h.host(farmseed.HostSpec{Cores: 8, MemKB: 32 * farmseed.GB})

@@ -12,6 +12,7 @@ import (
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/dispatch"
 	"github.com/cuesched/cuesched/scheduler/rqdclient"
+	"github.com/cuesched/cuesched/scheduler/sizing"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 )
 
@@ -48,7 +49,7 @@ func TestDispatchHonoursReservations(t *testing.T) {
 	rqd := rqdclient.New(rqdclient.Options{Resolve: h.fake.Resolve, RequestTimeout: 5 * time.Second})
 	t.Cleanup(func() { rqd.Close() })
 	rec := &ownerRecorder{}
-	d := dispatch.New(h.pool, h.pub, rqd, dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144, StrandedMemKB: 2 * farmseed.GB},
+	d := dispatch.New(h.pool, h.pub, rqd, dispatch.Config{Policy: sizing.Policy{CoreUnit: 100, MinMemKB: 262144, StrandedMemKB: 2 * farmseed.GB}},
 		dispatch.Options{Registerer: prometheus.NewRegistry(), Reservations: rec})
 	host := h.host(farmseed.HostSpec{Cores: 8, MemKB: 32 * farmseed.GB})
 	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Name: "render", Frames: 6, NotThreadable: true, MemKB: farmseed.GB}}})

@@ -105,7 +105,7 @@ type wonFrames struct {
 // (-1 = no limit). stale means the host guard failed (rolled back). won is
 // empty and jobStopped set when the job was no longer dispatchable (paused,
 // or no longer PENDING) inside the transaction.
-func (d *Dispatcher) commit(ctx context.Context, l *jobs.Layer, h Host, booked []planned) (won wonFrames, room int, after Host, stale, jobStopped bool, err error) {
+func (d *Dispatcher) commit(ctx context.Context, l *jobs.Layer, h sizing.Host, booked []planned) (won wonFrames, room int, after sizing.Host, stale, jobStopped bool, err error) {
 	n := len(booked)
 	frameIDs, procs := make([]string, n), make([]string, n)
 	versions := make([]int32, n)
@@ -134,7 +134,7 @@ func (d *Dispatcher) commit(ctx context.Context, l *jobs.Layer, h Host, booked [
 		b.Queue(lockLimitsSQL, limits)
 	}
 	b.Queue(d.claim, frameIDs, procs, versions, cores, mem, gpus, gpuMem,
-		h.Name, l.ShowID, limits, h.ID, l.ID, l.JobID, d.cfg.MemReservedMinKB)
+		h.Name, l.ShowID, limits, h.ID, l.ID, l.JobID, d.cfg.Policy.MinMemKB)
 	br := conn.SendBatch(ctx, b)
 	room = -1
 	jobOK := true
@@ -229,7 +229,7 @@ func (d *Dispatcher) commit(ctx context.Context, l *jobs.Layer, h Host, booked [
 		d.log.Warn("commit reported an error but the procs exist; continuing", "host", h.Name, "error", cerr)
 	}
 	after = h
-	after.IdleCores, after.IdleGPUs, after.IdleGPUMem = hostRow[0], hostRow[2], hostRow[3]
+	after.IdleCores, after.IdleGPUs, after.IdleGPUMemKB = hostRow[0], hostRow[2], hostRow[3]
 	after.IdleMemKB = min(hostRow[1], h.IdleMemKB-took.MemKB)
 	return won, room, after, false, false, nil
 }
@@ -280,7 +280,7 @@ RETURNING h.int_cores_idle, h.int_mem_idle, h.int_gpus_idle, h.int_gpu_mem_idle`
 
 // compensate undoes a committed booking whose launch failed. It returns the
 // host's idle values after the restore when it restored them.
-func (d *Dispatcher) compensate(ctx context.Context, h Host, p planned, version int32, cause error) (Host, bool) {
+func (d *Dispatcher) compensate(ctx context.Context, h sizing.Host, p planned, version int32, cause error) (sizing.Host, bool) {
 	d.m.launchFailures.Inc()
 	d.log.Warn("launch failed; putting the frame back", "host", h.Name, "frame", p.frame.Name, "proc", p.proc, "error", cause)
 	after := h
@@ -297,7 +297,7 @@ func (d *Dispatcher) compensate(ctx context.Context, h Host, p planned, version 
 			return fmt.Errorf("delete proc: %w", err)
 		default:
 			restored = true
-			after.IdleCores, after.IdleGPUs, after.IdleGPUMem = idle[0], idle[2], idle[3]
+			after.IdleCores, after.IdleGPUs, after.IdleGPUMemKB = idle[0], idle[2], idle[3]
 			after.IdleMemKB = min(idle[1], h.IdleMemKB+p.res.MemKB)
 		}
 		return nil

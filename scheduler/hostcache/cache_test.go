@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/cuesched/cuesched/scheduler/sizing"
 	"github.com/cuesched/cuesched/shared/config"
 	"github.com/cuesched/cuesched/shared/replication"
 )
@@ -112,9 +113,9 @@ func TestGates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Host{ID: "gpu", Name: "name-gpu", AllocID: allocA, AllocName: "a.a", FacilityID: facA, OS: "rocky9",
-		TotalCores: 800, IdleCores: 800, TotalMemKB: 16 * gib, IdleMemKB: 16 * gib, IdleGPUs: 2, IdleGPUMemKB: 4 * gib,
-		TotalGPUs: 2, TotalGPUMemKB: 16 * gib, AllocAvailableCores: 100000 - 500}
+	want := Host{Host: sizing.Host{ID: "gpu", Name: "name-gpu", AllocID: allocA, OS: "rocky9",
+		TotalCores: 800, IdleCores: 800, TotalMemKB: 16 * gib, IdleMemKB: 16 * gib, IdleGPUs: 2, IdleGPUMemKB: 4 * gib},
+		AllocName: "a.a", FacilityID: facA, TotalGPUs: 2, TotalGPUMemKB: 16 * gib, AllocAvailableCores: 100000 - 500}
 	h.LastPing, h.LSN, h.Version = time.Time{}, 0, 0
 	if h != want {
 		t.Fatalf("checked out %+v\nwant          %+v", h, want)
@@ -249,14 +250,14 @@ func TestCheckinOrderingWithTheWAL(t *testing.T) {
 
 	// 1. Nothing booked: the WAL state stands, nothing assumed.
 	h := checkout()
-	f.c.Checkin("h1", Idle{h.IdleCores, h.IdleMemKB, h.IdleGPUs, h.IdleGPUMemKB})
+	f.c.Checkin(h.Host)
 	if assumed() != 0 {
 		t.Fatal("unchanged check-in created an assumption")
 	}
 
 	// 2. Check-in before the WAL: the values are assumed, then confirmed.
 	checkout()
-	f.c.Checkin("h1", Idle{Cores: 600, MemKB: 28 * gib})
+	f.c.Checkin(sizing.Host{ID: "h1", IdleCores: 600, IdleMemKB: 28 * gib})
 	if c, m := idleOf(); c != 600 || m != 28*gib || assumed() != 1 {
 		t.Fatalf("assumed values not used: %d %d (%d assumed)", c, m, assumed())
 	}
@@ -281,14 +282,14 @@ func TestCheckinOrderingWithTheWAL(t *testing.T) {
 	checkout()
 	f.mustCommit(booking(400, 24*gib)) // our booking
 	f.mustCommit(booking(700, 30*gib)) // a release after it
-	f.c.Checkin("h1", Idle{Cores: 400, MemKB: 24 * gib})
+	f.c.Checkin(sizing.Host{ID: "h1", IdleCores: 400, IdleMemKB: 24 * gib})
 	if c, m := idleOf(); c != 700 || m != 30*gib || assumed() != 0 {
 		t.Fatalf("stale check-in overwrote newer WAL state: %d %d (%d assumed)", c, m, assumed())
 	}
 
 	// 4. A check-in never confirmed is forgotten after AssumeTTL.
 	checkout()
-	f.c.Checkin("h1", Idle{Cores: 100, MemKB: 1 * gib})
+	f.c.Checkin(sizing.Host{ID: "h1", IdleCores: 100, IdleMemKB: 1 * gib})
 	if c, _ := idleOf(); c != 100 {
 		t.Fatalf("assumed cores %d", c)
 	}
@@ -333,7 +334,7 @@ func TestCheckinOrderingWithTheWAL(t *testing.T) {
 	} {
 		checkout()
 		f.mustCommit(c.change()...)
-		f.c.Checkin("h1", Idle{Cores: 800, MemKB: 32 * gib})
+		f.c.Checkin(sizing.Host{ID: "h1", IdleCores: 800, IdleMemKB: 32 * gib})
 		if _, indexed, _ := f.c.Lookup("h1", showS); indexed {
 			t.Fatalf("%s while checked out: the check-in re-indexed it", c.name)
 		}
@@ -350,7 +351,7 @@ func TestCheckinOrderingWithTheWAL(t *testing.T) {
 	if got := f.first(req()); got != "" {
 		t.Fatalf("re-created host handed out while its predecessor is checked out")
 	}
-	f.c.Checkin("h1", Idle{Cores: 800, MemKB: 32 * gib})
+	f.c.Checkin(sizing.Host{ID: "h1", IdleCores: 800, IdleMemKB: 32 * gib})
 	if got := f.first(req()); got != "h1" {
 		t.Fatalf("re-created host not back after check-in")
 	}
@@ -393,7 +394,7 @@ func TestGroupEvictionAndLeakedLeases(t *testing.T) {
 	if _, indexed, _ := f.c.Lookup(h.ID, showS); !indexed {
 		t.Fatal("leaked lease not returned")
 	}
-	f.c.Checkin(h.ID, Idle{}) // the late holder's check-in is ignored
+	f.c.Checkin(sizing.Host{ID: h.ID}) // the late holder's check-in is ignored
 	if got, _, _ := f.c.Lookup(h.ID, showS); got.IdleCores != 800 {
 		t.Fatalf("late check-in applied: %+v", got)
 	}
@@ -487,7 +488,7 @@ func TestConcurrentCheckoutsWithWALUpdates(t *testing.T) {
 				if rng.IntN(2) == 0 {
 					f.c.Release(h.ID)
 				} else {
-					f.c.Checkin(h.ID, Idle{Cores: h.IdleCores - 100, MemKB: h.IdleMemKB - gib})
+					f.c.Checkin(sizing.Host{ID: h.ID, IdleCores: h.IdleCores - 100, IdleMemKB: h.IdleMemKB - gib})
 				}
 			}
 		}()

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cuesched/cuesched/scheduler/sizing"
 )
 
 // miss checks out r, expects no candidate, and returns the miss's watch.
@@ -104,7 +106,7 @@ func TestCapacityWatchMovesOnCheckinWithRoom(t *testing.T) {
 	}
 	w := f.miss(gpu) // layer B: the host is out
 	// A booked both GPUs: nothing for B.
-	f.c.Checkin(h.ID, Idle{Cores: 600, MemKB: 32 * gib, GPUs: 0, GPUMemKB: 8 * gib})
+	f.c.Checkin(sizing.Host{ID: h.ID, IdleCores: 600, IdleMemKB: 32 * gib, IdleGPUs: 0, IdleGPUMemKB: 8 * gib})
 	if w.Moved() {
 		t.Fatal("a check-in with no GPU left woke a GPU waiter")
 	}
@@ -125,7 +127,7 @@ func TestCapacityWatchMovesOnCheckinWithRoom(t *testing.T) {
 		t.Fatal(err)
 	}
 	w = f.miss(gpu)
-	f.c.Checkin(h.ID, Idle{Cores: 600, MemKB: 32 * gib, GPUs: 0, GPUMemKB: 8 * gib}) // took the only GPU
+	f.c.Checkin(sizing.Host{ID: h.ID, IdleCores: 600, IdleMemKB: 32 * gib, IdleGPUs: 0, IdleGPUMemKB: 8 * gib}) // took the only GPU
 	if w.Moved() {
 		t.Fatal("woken by a check-in without a GPU")
 	}
@@ -141,7 +143,7 @@ func TestCapacityWatchMovesOnCheckinWithRoom(t *testing.T) {
 	w = f.miss(gpu)
 	// It booked one core and 4 GiB on the row Postgres has now (both GPUs
 	// free), which also ends the stale 0-GPU assumption.
-	f.c.Checkin(h.ID, Idle{Cores: 700, MemKB: 28 * gib, GPUs: 2, GPUMemKB: 24 * gib})
+	f.c.Checkin(sizing.Host{ID: h.ID, IdleCores: 700, IdleMemKB: 28 * gib, IdleGPUs: 2, IdleGPUMemKB: 24 * gib})
 	if !w.Moved() {
 		t.Fatal("a check-in leaving a GPU did not wake the GPU waiter")
 	}
@@ -285,7 +287,7 @@ func TestCheckinWithViewCappedMemoryIsConfirmed(t *testing.T) {
 	}
 	// Booked 2 cores and 4 GiB: Postgres' row says 28 GiB idle, the
 	// dispatcher reports min(28, 20-4) = 16.
-	f.c.Checkin("h1", Idle{Cores: 600, MemKB: 16 * gib})
+	f.c.Checkin(sizing.Host{ID: "h1", IdleCores: 600, IdleMemKB: 16 * gib})
 	if f.c.Stats().Assumed != 1 {
 		t.Fatal("check-in not assumed")
 	}
@@ -299,7 +301,7 @@ func TestCheckinWithViewCappedMemoryIsConfirmed(t *testing.T) {
 	}
 	// A row that differs in cores is not the booking: still assumed.
 	h, _ = f.c.Checkout(context.Background(), req())
-	f.c.Checkin("h1", Idle{Cores: 700, MemKB: 19 * gib})
+	f.c.Checkin(sizing.Host{ID: "h1", IdleCores: 700, IdleMemKB: 19 * gib})
 	f.mustCommit(f.upd("host", "h1", map[string]any{"int_cores_idle": int64(800), "int_mem_idle": 31 * gib}))
 	if got, _, _ := f.c.Lookup("h1", showS); got.IdleCores != 700 || f.c.Stats().Assumed != 1 {
 		t.Fatalf("an older row confirmed the check-in: %d centicores, %d assumed", got.IdleCores, f.c.Stats().Assumed)

@@ -85,7 +85,8 @@
 // downed, re-tagged or deleted is not resurrected by the check-in), and the
 // host-row idle values the WAL applies are remembered on the lease.
 //
-// Checkin(id, idle) re-indexes the host. The ordering rule is "the newest
+// Checkin(host) re-indexes the host (its id and idle values: the sizing.Host
+// the dispatcher carries back). The ordering rule is "the newest
 // committed state wins":
 //
 //   - values equal to what Checkout returned mean nothing was booked: the

@@ -2,10 +2,13 @@ package hostcache
 
 import (
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/btree"
+
+	"github.com/cuesched/cuesched/shared/cuebot"
 )
 
 // HostBookingStrategy picks Best-Fit (saturation true: the smallest
@@ -160,4 +163,123 @@ func (g *group) each(fn func(core uint32, it memItem) bool) {
 		})
 		return cont
 	})
+}
+
+// effective returns the idle values the index uses: the row's, lowered by a
+// pending assumption, with memory capped by host_stat's free memory.
+func (c *Cache) effective(h *hostRec) idle {
+	v := h.row
+	if a := h.assumed; a != nil {
+		v.cores, v.memKB = min(v.cores, a.v.cores), min(v.memKB, a.v.memKB)
+		v.gpus, v.gpuMemKB = min(v.gpus, a.v.gpus), min(v.gpuMemKB, a.v.gpuMemKB)
+	}
+	if s := h.stat; s != nil {
+		v.memKB = min(v.memKB, s.memFreeKB)
+		v.gpuMemKB = min(v.gpuMemKB, s.gpuMemFreeKB)
+	} else {
+		v.memKB, v.gpuMemKB = 0, 0
+	}
+	return v
+}
+
+func (c *Cache) coreKey(centicores int64) uint32 {
+	return clampU32(max(centicores, 0) / cuebot.CenticoresPerCore)
+}
+
+func (c *Cache) memKey(kb int64) uint32 {
+	b := max(kb, 0)
+	if b > (1<<62)/cuebot.BytesPerKB {
+		return ^uint32(0)
+	}
+	return clampU32(b * cuebot.BytesPerKB / c.cfg.MemoryKeyDivisor)
+}
+
+func clampU32(v int64) uint32 {
+	if v > int64(^uint32(0)) {
+		return ^uint32(0)
+	}
+	return uint32(v)
+}
+
+// eligibleLocked is the reference host query's WHERE clause minus the tag
+// and the show: lock state OPEN, host_stat UP, allocation known. It returns
+// the allocation's facility.
+func (c *Cache) eligibleLocked(h *hostRec) (facilityID string, ok bool) {
+	if h.out != nil || h.lockState != string(cuebot.LockOpen) || h.stat == nil || h.stat.state != string(cuebot.HardwareUp) {
+		return "", false
+	}
+	a := c.st.allocs[h.allocID]
+	if a == nil {
+		return "", false
+	}
+	return a.facilityID, true
+}
+
+// reindexLocked puts h into exactly the existing groups it belongs to, under
+// its current keys.
+//
+// It is also where capacity gains are noticed: a group waiting for floors
+// (a checkout missed there) is bumped when h now fits them and did not
+// before, or just joined the group (checked in, unlocked, up, re-tagged,
+// newly subscribed).
+func (c *Cache) reindexLocked(h *hostRec) {
+	if h.out == nil && len(h.recent) > 0 {
+		c.trimRecentLocked(h, c.effective(h))
+	}
+	var buf [8]*group
+	was := append(buf[:0], h.groups...)
+	prev := h.idx
+	for _, g := range h.groups {
+		g.remove(h)
+	}
+	h.groups = h.groups[:0]
+	fac, ok := c.eligibleLocked(h)
+	if !ok || len(c.groups) == 0 {
+		return
+	}
+	v := c.effective(h)
+	h.idx = v
+	h.coreKey, h.memKey = c.coreKey(v.cores), c.memKey(v.memKB)
+	for _, tag := range h.tags {
+		for show := range c.st.subsByAlloc[h.allocID] {
+			if g := c.groups[ClusterKey{FacilityID: fac, ShowID: show, Tag: tag}]; g != nil {
+				g.insert(h)
+				h.groups = append(h.groups, g)
+				if len(g.wants) > 0 && g.gained(v, prev, h.stat.oses, h.threadMode == int(cuebot.ThreadAll), !slices.Contains(was, g)) {
+					c.bumpGroupLocked(g)
+				}
+			}
+		}
+	}
+}
+
+// groupLocked returns the key's group, building it from the mirror (no
+// query) if it does not exist.
+func (c *Cache) groupLocked(key ClusterKey, now time.Time) *group {
+	if g := c.groups[key]; g != nil {
+		return g
+	}
+	g := newGroup(key, c.freeList, now)
+	c.groups[key] = g
+	for allocID := range c.st.allocsByShow[key.ShowID] {
+		a := c.st.allocs[allocID]
+		if a == nil || a.facilityID != key.FacilityID {
+			continue
+		}
+		for h := range c.st.hostsByAlloc[allocID] {
+			if _, ok := c.eligibleLocked(h); !ok || !slices.Contains(h.tags, key.Tag) {
+				continue
+			}
+			if len(h.groups) == 0 {
+				v := c.effective(h)
+				h.idx = v
+				h.coreKey, h.memKey = c.coreKey(v.cores), c.memKey(v.memKB)
+			}
+			g.insert(h)
+			h.groups = append(h.groups, g)
+		}
+	}
+	c.m.groupLoads.Inc()
+	c.buildGen.Add(1)
+	return g
 }

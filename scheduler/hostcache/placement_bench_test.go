@@ -20,11 +20,9 @@ import (
 func BenchmarkPlacement(b *testing.B) {
 	reqs := benchRequests()
 	policy := sizing.Policy{CoreUnit: 100, StrandedMemKB: 2 * gib}
+	fits := policy.Fitter(sizing.Shape{CoresMin: 100, MemMinKB: gib, Threadable: true, JobMaxCores: 1 << 40})
 	accept := func(h Host) bool {
-		_, why := policy.Reserve(sizing.Host{TotalCores: h.TotalCores, IdleCores: h.IdleCores, TotalMemKB: h.TotalMemKB,
-			IdleMemKB: h.IdleMemKB, IdleGPUs: h.IdleGPUs, IdleGPUMem: h.IdleGPUMemKB, ThreadMode: h.ThreadMode},
-			sizing.Request{CoresMin: 100, MemKB: gib, Threadable: true}, -1)
-		return why == sizing.Fits
+		return fits(&h.Host)
 	}
 	type variant struct {
 		name      string

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cuesched/cuesched/scheduler/sizing"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
@@ -254,7 +256,7 @@ func TestLocalityFollowsBookingsAndTheWAL(t *testing.T) {
 		t.Fatalf("first checkout %+v", h)
 	}
 	f.c.Booked(other, "L", 2, 200)
-	f.c.Checkin(other, Idle{Cores: 600, MemKB: 30 * gib})
+	f.c.Checkin(sizing.Host{ID: other, IdleCores: 600, IdleMemKB: 30 * gib})
 	r.Accept = nil
 	look := func(layer string) Host {
 		t.Helper()
@@ -300,7 +302,7 @@ func TestLocalityFollowsBookingsAndTheWAL(t *testing.T) {
 	f.checkoutFor("M", Request{FacilityID: facA, ShowID: showS, Tags: []string{"general"}, Profile: Profile{CoresMin: 100},
 		Accept: func(h Host) bool { return h.ID == other }})
 	f.c.Booked(other, "M", 3, 300)
-	f.c.Checkin(other, Idle{Cores: 500, MemKB: 29 * gib})
+	f.c.Checkin(sizing.Host{ID: other, IdleCores: 500, IdleMemKB: 29 * gib})
 	if v := look("L"); v.Locality != Cold {
 		t.Fatalf("after 3 frames of M: %v, want cold", v.Locality)
 	}
@@ -335,7 +337,7 @@ func TestRecentLayersAreBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.c.Booked("a", fmt.Sprintf("L%d", i), 1, 100)
-		f.c.Checkin("a", Idle{Cores: int64(6400 - 100*(i+1)), MemKB: 256 * gib})
+		f.c.Checkin(sizing.Host{ID: "a", IdleCores: int64(6400 - 100*(i+1)), IdleMemKB: 256 * gib})
 	}
 	f.c.mu.Lock()
 	defer f.c.mu.Unlock()
@@ -451,14 +453,14 @@ func TestLocalityWithPostgres(t *testing.T) {
 	if err != nil || h.ID != other || h.Locality != Cold {
 		t.Fatalf("checkout = %+v, %v", h, err)
 	}
-	var idle Idle
+	after := h.Host
 	if err := e.pool.QueryRow(context.Background(), `UPDATE host SET int_cores_idle = int_cores_idle - 100, int_mem_idle = int_mem_idle - $2
 		WHERE pk_host = $1 RETURNING int_cores_idle, int_mem_idle, int_gpus_idle, int_gpu_mem_idle`, other, gib).
-		Scan(&idle.Cores, &idle.MemKB, &idle.GPUs, &idle.GPUMemKB); err != nil {
+		Scan(&after.IdleCores, &after.IdleMemKB, &after.IdleGPUs, &after.IdleGPUMemKB); err != nil {
 		t.Fatal(err)
 	}
 	e.c.Booked(other, "layer-L", 1, 100)
-	e.c.Checkin(other, idle)
+	e.c.Checkin(after)
 	// The frame ends.
 	e.exec(`UPDATE host SET int_cores_idle = int_cores, int_mem_idle = int_mem WHERE pk_host = $1`, other)
 	e.eventually("the host idle again", func() bool {

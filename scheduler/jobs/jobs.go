@@ -55,7 +55,11 @@
 // plain backoff instead of retrying at every capacity change.
 package jobs
 
-import "time"
+import (
+	"time"
+
+	"github.com/cuesched/cuesched/scheduler/sizing"
+)
 
 // Job is a pending job returned for a cluster pass.
 type Job struct {
@@ -104,21 +108,16 @@ type Layer struct {
 	Command, Range     string
 	ChunkSize          int
 	DispatchOrder      int64
-	CoresMin           int64 // 0 = every core, < 0 = all but |n|
-	CoresMax           int64 // 0 = no per-frame cap
-	MemMinKB           int64
-	GPUsMin            int64
-	GPUMemMinKB        int64
-	Threadable         bool
-	Services           []string
-	Tags               []string
-	JobMaxCores        int64 // centicores; always a cap (0 or below books nothing)
-	JobMaxGPUs         int64 // always a cap, for layers that need GPUs
-	JobCoresLive       int64 // SUM(proc.int_cores_reserved) of the job
-	JobGPUsLive        int64
-	FolderMaxCores     int64 // folder_resource caps (exactly -1 unlimited; any other value is a cap)
-	FolderMaxGPUs      int64
-	LimitIDs           []string
+	// Shape is what sizing reads (cores, memory, GPUs, threadable,
+	// services, the job's core cap and live cores): the matcher and the
+	// dispatcher hand it to the one sizing.Policy.
+	sizing.Shape
+	Tags           []string
+	JobMaxGPUs     int64 // always a cap, for layers that need GPUs
+	JobGPUsLive    int64
+	FolderMaxCores int64 // folder_resource caps (exactly -1 unlimited; any other value is a cap)
+	FolderMaxGPUs  int64
+	LimitIDs       []string
 	// RuntimeHigh is the layer's longest successful frame so far
 	// (layer_usage.int_clock_time_high, whole seconds; 0 = no history):
 	// the worst-case runtime an EASY backfill is judged by.

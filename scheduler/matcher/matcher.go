@@ -10,7 +10,8 @@
 // of the layer's tags that this cluster covers and on which at least one
 // frame fits by Cuebot's reservation rules (the Accept closure runs the same
 // sizing.Policy the dispatcher uses, so a checked-out host always takes a
-// frame unless Postgres disagrees). Each host goes to the dispatcher with
+// frame unless Postgres disagrees; the host cache's floors come from the
+// same policy). Each host goes to the dispatcher with
 // the layer's remaining frames and comes back to the cache with the idle
 // values Postgres returned. The loop ends when the layer runs out of frames,
 // of attempts, or of candidates, or when the dispatcher reports a stop that
@@ -80,17 +81,14 @@ type HostRequest struct {
 	// Tags are the cluster's tags the layer carries, in probe order
 	// (MANUAL, HOSTNAME, HARDWARE, ALLOC); the host must carry one.
 	Tags []clusters.Tag
-	// Minimums of the layer (centicores, KB, devices); CoresMin <= 0 (the
-	// "whole host" sentinels) is passed as one core and left to Accept.
-	CoresMin    int64
-	MemMinKB    int64
-	GPUsMin     int64
-	GPUMemMinKB int64
+	// Floor is what the host must have idle (sizing.Policy.Floor: the
+	// "whole host" sentinels are passed as one core and left to Accept).
+	Floor sizing.Floor
 	// OS is the job's OS ("" = any); Threadable gates thread-mode ALL hosts.
 	OS         string
 	Threadable bool
 	// Accept reports whether at least one frame fits on h.
-	Accept func(h dispatch.Host) bool
+	Accept func(h sizing.Host) bool
 	// LayerID is the layer asking (locality, the layer's cores on h).
 	LayerID string
 }
@@ -100,9 +98,9 @@ type Hosts interface {
 	// Checkout removes a fitting host from the cache, so no other caller
 	// gets it until Checkin; ErrNoCandidate when none fits, preferably as a
 	// *NoCandidateError with a watch.
-	Checkout(ctx context.Context, req HostRequest) (dispatch.Host, error)
+	Checkout(ctx context.Context, req HostRequest) (sizing.Host, error)
 	// Checkin returns a checked-out host with its current idle values.
-	Checkin(h dispatch.Host)
+	Checkin(h sizing.Host)
 }
 
 // BookingObserver is optionally implemented by Hosts: it is told which
@@ -110,12 +108,12 @@ type Hosts interface {
 // centicores, just before the host's check-in (the host cache's locality
 // and per-layer cores).
 type BookingObserver interface {
-	Booked(h dispatch.Host, layerID string, frames int, cores int64)
+	Booked(h sizing.Host, layerID string, frames int, cores int64)
 }
 
 // Dispatcher books and launches a batch (dispatch.Dispatcher).
 type Dispatcher interface {
-	Dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, h dispatch.Host) dispatch.Result
+	Dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, h sizing.Host) dispatch.Result
 }
 
 // Config holds the matcher's knobs.
@@ -131,9 +129,9 @@ type Config struct {
 	MaxConcurrentLayers int
 	// PermitPerFrame is the layer permit duration per frame (2 s).
 	PermitPerFrame time.Duration
-	// Policy must equal the dispatcher's reservation policy.
-	Policy          sizing.Policy
-	SelfishServices []string
+	// Policy sizes frames: the very value the dispatcher was given (package
+	// scheduler builds it once), so Accept and the booking agree.
+	Policy sizing.Policy
 	// Schema adapts the layer query to the database (nil: current).
 	Schema *jobs.Schema
 	// HostQuarantine keeps a host whose RQD refused or could not be reached
@@ -376,17 +374,6 @@ type layerResult struct {
 	table      string
 }
 
-func (m *Matcher) selfish(l *jobs.Layer) bool {
-	for _, s := range l.Services {
-		for _, x := range m.cfg.SelfishServices {
-			if s == x {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs.Layer, t *turn) layerResult {
 	var r layerResult
 	tags := c.MatchingTags(l.Tags)
@@ -412,37 +399,29 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 	defer m.permits.Release(l.ID)
 	r.worked = true
 
-	req := sizing.Request{CoresMin: l.CoresMin, CoresMax: l.CoresMax, MemKB: l.MemMinKB, GPUs: l.GPUsMin,
-		GPUMemKB: l.GPUMemMinKB, Threadable: l.Threadable, Selfish: m.selfish(l)}
-	coresHint := l.CoresMin
-	if coresHint <= 0 {
-		coresHint = m.cfg.Policy.CoreUnit
-	}
+	floor := m.cfg.Policy.Floor(l.Shape)
 	// CPU work leaves an idle GPU's bundle free while GPU work waits.
-	keep := func(h *dispatch.Host) {}
+	keep := func(h *sizing.Host) {}
 	if m.guard != nil && l.GPUsMin <= 0 {
 		clusterTags := c.TagNames()
-		keep = func(h *dispatch.Host) {
+		keep = func(h *sizing.Host) {
 			h.KeepCores, h.KeepMemKB = m.guard.Keep(clusterTags, h.IdleGPUs)
 		}
 	}
 	// One layer holds at most its share of a host (unless it is alone).
-	limit := m.spreadLimit(frameShape{coresMin: l.CoresMin, threadable: l.Threadable}, t.solo)
+	limit := m.spreadLimit(m.cfg.Policy.FrameCores(l.Shape), t.solo)
 	remaining := l.Frames
 	attempts := 0
 	var watch jobs.Watch // of the last miss
 	var refused []string // hosts the booking script found reserved for others
 	for attempts < m.cfg.Attempts && len(remaining) > 0 && ctx.Err() == nil {
 		attempts++
-		// A job's max cores has no "unlimited" value in Cuebot: 0 or
-		// less books nothing.
-		budget := max(l.JobMaxCores-l.JobCoresLive, 0)
 		now := time.Now()
+		fits := m.cfg.Policy.Fitter(l.Shape) // the job's live cores as of this attempt
 		host, err := m.hosts.Checkout(ctx, HostRequest{
 			FacilityID: c.FacilityID, ShowID: c.ShowID, Tags: tags,
-			CoresMin: coresHint, MemMinKB: l.MemMinKB, GPUsMin: l.GPUsMin, GPUMemMinKB: l.GPUMemMinKB,
-			OS: l.OS, Threadable: l.Threadable, LayerID: l.ID,
-			Accept: func(h dispatch.Host) bool {
+			Floor: floor, OS: l.OS, Threadable: l.Threadable, LayerID: l.ID,
+			Accept: func(h sizing.Host) bool {
 				if m.quarantined(h.ID) {
 					return false
 				}
@@ -453,8 +432,7 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 				if limit != nil && !limit(&h) {
 					return false
 				}
-				_, why := m.cfg.Policy.Reserve(h.Host, req, budget)
-				return why == sizing.Fits
+				return fits(&h)
 			},
 		})
 		t.pass()

@@ -67,8 +67,8 @@ func newHarness(t *testing.T, attempts int) *harness {
 	t.Cleanup(fake.Stop)
 	rqd := rqdclient.New(rqdclient.Options{Resolve: fake.Resolve})
 	t.Cleanup(func() { rqd.Close() })
-	policy := sizing.Policy{CoreUnit: 100, StrandedMemKB: 2 * farmseed.GB}
-	d := dispatch.New(pool, pub, rqd, dispatch.Config{CoreUnit: 100, MemReservedMinKB: 262144, StrandedMemKB: policy.StrandedMemKB},
+	policy := sizing.Policy{CoreUnit: 100, StrandedMemKB: 2 * farmseed.GB, MinMemKB: 262144}
+	d := dispatch.New(pool, pub, rqd, dispatch.Config{Policy: policy},
 		dispatch.Options{Registerer: prometheus.NewRegistry()})
 	h := &harness{t: t, fake: fake, pool: pool, seed: &farmseed.Seeder{DB: pool}, pub: pub, hosts: farmseed.NewDBHosts(pool),
 		backoff: jobs.NewBackoff(time.Minute, time.Hour), permits: matcher.NewPermits(), disp: d, policy: policy}
@@ -382,7 +382,7 @@ type pausingDispatcher struct {
 	calls int
 }
 
-func (p *pausingDispatcher) Dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, host dispatch.Host) dispatch.Result {
+func (p *pausingDispatcher) Dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, host sizing.Host) dispatch.Result {
 	p.calls++
 	if p.calls == 1 {
 		if _, err := p.h.pool.Exec(ctx, `UPDATE job SET b_paused = true WHERE pk_job = $1`, p.job); err != nil {

@@ -8,10 +8,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cuesched/cuesched/scheduler/dispatch"
 	"github.com/cuesched/cuesched/scheduler/hostcache"
 	"github.com/cuesched/cuesched/scheduler/hostcache/matcherhosts"
 	"github.com/cuesched/cuesched/scheduler/matcher"
+	"github.com/cuesched/cuesched/scheduler/sizing"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
@@ -19,14 +19,14 @@ import (
 func TestSpreadRoom(t *testing.T) {
 	t.Parallel()
 	s := matcher.Spread{Fraction: 0.25, MinFrames: 8}
-	host := func(total, idle, layer int64) dispatch.Host {
-		var h dispatch.Host
+	host := func(total, idle, layer int64) sizing.Host {
+		var h sizing.Host
 		h.TotalCores, h.IdleCores, h.LayerCores = total*100, idle*100, layer*100
 		return h
 	}
 	cases := []struct {
 		name       string
-		h          dispatch.Host
+		h          sizing.Host
 		frameCores int64
 		room       int64
 		ok         bool

@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/cuesched/cuesched/scheduler/dispatch"
 	"github.com/cuesched/cuesched/scheduler/matcher"
+	"github.com/cuesched/cuesched/scheduler/sizing"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 )
 
@@ -22,7 +22,7 @@ type watchingHosts struct {
 	w *flag
 }
 
-func (h watchingHosts) Checkout(ctx context.Context, req matcher.HostRequest) (dispatch.Host, error) {
+func (h watchingHosts) Checkout(ctx context.Context, req matcher.HostRequest) (sizing.Host, error) {
 	host, err := h.DBHosts.Checkout(ctx, req)
 	if errors.Is(err, matcher.ErrNoCandidate) {
 		return host, &matcher.NoCandidateError{Watch: h.w}

@@ -272,7 +272,7 @@ type recorder struct {
 	got map[string]map[string]bool // layer name -> host names
 }
 
-func (r *recorder) Dispatch(_ context.Context, l *jobs.Layer, frames []jobs.Frame, h dispatch.Host) dispatch.Result {
+func (r *recorder) Dispatch(_ context.Context, l *jobs.Layer, frames []jobs.Frame, h sizing.Host) dispatch.Result {
 	if r.got[l.Name] == nil {
 		r.got[l.Name] = map[string]bool{}
 	}
@@ -284,14 +284,14 @@ func (r *recorder) Dispatch(_ context.Context, l *jobs.Layer, frames []jobs.Fram
 // job's checkouts enumerate every host the cache would give its layer.
 type holding struct {
 	inner matcher.Hosts
-	held  []dispatch.Host
+	held  []sizing.Host
 }
 
-func (h *holding) Checkout(ctx context.Context, req matcher.HostRequest) (dispatch.Host, error) {
+func (h *holding) Checkout(ctx context.Context, req matcher.HostRequest) (sizing.Host, error) {
 	return h.inner.Checkout(ctx, req)
 }
 
-func (h *holding) Checkin(x dispatch.Host) { h.held = append(h.held, x) }
+func (h *holding) Checkin(x sizing.Host) { h.held = append(h.held, x) }
 
 func (h *holding) release() {
 	for _, x := range h.held {

@@ -33,7 +33,7 @@
 // # Which host
 //
 // Among the hosts that serve the layer and would fit one frame when idle
-// (sizing.Policy on the host's totals), not reserved already: the one that
+// (sizing.Policy.FitsIdle), not reserved already: the one that
 // drains soonest, fewest running procs first, then the earliest projected
 // ready time. A host's ready time is when enough of its procs should have
 // ended for the frame to fit, each proc projected to end at its layer's

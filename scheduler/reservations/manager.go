@@ -435,14 +435,11 @@ func (m *Manager) tryGrant(ctx context.Context, c candidate, now time.Time) (don
 		m.m.refused.WithLabelValues(refusedNarrow).Inc()
 		return false, nil
 	}
-	req := sizing.Request{CoresMin: l.CoresMin, CoresMax: l.CoresMax, MemKB: l.MemMinKB, Threadable: l.Threadable}
 	fitByAlloc := map[string][]string{}
 	var free []hostcache.Host
 	snap := m.board.snap.Load()
 	for _, h := range serving {
-		idle := sizing.Host{TotalCores: h.TotalCores, IdleCores: h.TotalCores, TotalMemKB: h.TotalMemKB, IdleMemKB: h.TotalMemKB,
-			ThreadMode: h.ThreadMode}
-		if _, why := m.cfg.Policy.Reserve(idle, req, -1); why != sizing.Fits {
+		if !m.cfg.Policy.FitsIdle(h.Host, l.Shape) {
 			continue
 		}
 		fitByAlloc[h.AllocID] = append(fitByAlloc[h.AllocID], h.ID)
@@ -467,7 +464,7 @@ func (m *Manager) tryGrant(ctx context.Context, c candidate, now time.Time) (don
 	r, why, err := m.board.Grant(ctx, GrantRequest{
 		Reservation: Reservation{Host: best.host.ID, HostName: best.host.Name, Layer: l.ID, LayerName: l.Name,
 			Job: l.JobID, JobName: l.JobName, Show: l.ShowID, Alloc: best.host.AllocID,
-			Cores: want(l, best.host.TotalCores, m.cfg.Policy.CoreUnit), MemKB: max(l.MemMinKB, 0), ReadyAt: best.ready},
+			Cores: want(l, best.host.TotalCores, m.cfg.Policy.Unit()), MemKB: m.cfg.Policy.MemKB(l.Shape), ReadyAt: best.ready},
 		Timeout: m.cfg.Timeout, MaxGrants: m.cfg.MaxGrants, MaxAmong: maxAmong, Fitting: fitting,
 	})
 	if err != nil {

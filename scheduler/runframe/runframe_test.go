@@ -15,7 +15,7 @@ func layer() *jobs.Layer {
 		ID: uuid.NewString(), Name: "test_layer", JobID: uuid.NewString(), JobName: "test_job",
 		ShowName: "show", Shot: "sh010", User: "artist", LogDir: "/logs/test_job", OS: "rocky9",
 		Command: "render #ZFRAME# #IFRAME# #FRAME_START# #FRAME_END# #FRAME_CHUNK# #LAYER# #JOB# #FRAMESPEC# #FRAME#",
-		Range:   "1-10", ChunkSize: 3, Threadable: true,
+		Range:   "1-10", ChunkSize: 3, Shape: sizing.Shape{Threadable: true},
 		Env: map[string]string{"USER_VAR": "x", "CUE_THREADS": "999"},
 	}
 }

@@ -18,9 +18,18 @@
 //   - The layer's per-frame cap (int_cores_max) and the job's remaining
 //     budget then cap the count.
 //
-// Memory, GPUs and GPU memory book exactly the layer minimums. A frame that
-// does not fit (no core left, or the cores, memory or GPUs it needs exceed
-// what is idle) is refused.
+// Memory books the layer's effective memory (Policy.MemKB: today the layer
+// minimum, a negative one replaced by mem_reserved_min); GPUs and GPU memory
+// book exactly the layer minimums. A frame that does not fit (no core left,
+// or the cores, memory or GPUs it needs exceed what is idle) is refused.
+//
+// One Policy, built from the configuration by package scheduler, is shared
+// by the matcher (Policy.Floor for the host cache's floors, Policy.Fitter in
+// its Accept, Policy.FrameCores for the layer spread cap), the dispatcher
+// (Policy.Plan) and the reservation loop (Policy.FitsIdle). It reads a
+// layer as a Shape (embedded in jobs.Layer) and a host as a Host (embedded
+// in hostcache.Host), the one host type of the booking path. The package
+// does no I/O.
 package sizing
 
 // Thread modes (host.int_thread_mode).
@@ -30,17 +39,34 @@ const (
 	Variable = 2
 )
 
-// Host is the capacity a frame is reserved on. Cores in centicores, memory
-// in KB. IdleMemKB should be the conservative value the host cache keeps
-// (least of host idle and host_stat free).
+// Host is a host as a booking sees it: its identity and its capacity
+// (cores in centicores, memory in KB). It is the one host type of the
+// booking path: the host cache hands it out (hostcache.Host embeds it), the
+// matcher's Accept and the dispatcher size frames against it, and the
+// dispatcher hands it back with the idle values Postgres returned, which is
+// what the cache checks in.
 type Host struct {
-	TotalCores, IdleCores int64
-	TotalMemKB, IdleMemKB int64
-	IdleGPUs, IdleGPUMem  int64
-	ThreadMode            int
+	ID, Name string
+	AllocID  string
+	// OS is host_stat.str_os (a comma-separated list Cuebot reads as the
+	// OSes the host serves).
+	OS         string
+	ThreadMode int // Auto, All or Variable
+	TotalCores int64
+	IdleCores  int64
+	TotalMemKB int64 // host_stat.int_mem_total
+	// IdleMemKB is the conservative value the host cache keeps: least of
+	// host.int_mem_idle and host_stat.int_mem_free; IdleGPUMemKB likewise.
+	IdleMemKB    int64
+	IdleGPUs     int64
+	IdleGPUMemKB int64
+	// LayerCores are the centicores the layer being matched already holds
+	// on the host, as the host cache counts its bookings (0 if unknown).
+	LayerCores int64
 	// KeepCores and KeepMemKB are held back from this reservation: idle
-	// capacity that other work (an idle GPU's bundle) must find free. They
-	// describe one booking decision, not the host.
+	// capacity that other work (an idle GPU's bundle, another layer's
+	// share) must find free. They describe one booking decision, not the
+	// host: the host cache ignores them.
 	KeepCores, KeepMemKB int64
 }
 
@@ -64,20 +90,6 @@ type Reservation struct {
 	GPUMemKB int64
 }
 
-// Policy holds the configured knobs.
-type Policy struct {
-	// CoreUnit is one core in centicores (100).
-	CoreUnit int64
-	// StrandedMemKB: a booking that leaves less idle memory than this takes
-	// every idle core (queue.memory_stranded_threshold).
-	StrandedMemKB int64
-	// MinMemKB replaces a negative memory request (bad data: layer
-	// int_mem_min has no CHECK): Cuebot's mem_reserved_min, as Cuebot
-	// raises a layer's minimum to it when the job is submitted. 0 clamps
-	// to 0.
-	MinMemKB int64
-}
-
 // Reason says why a frame does not fit.
 type Reason string
 
@@ -95,32 +107,34 @@ const (
 // Reserve sizes one frame on h. jobBudget is what the job may still book
 // (centicores); negative means unlimited.
 func (p Policy) Reserve(h Host, r Request, jobBudget int64) (Reservation, Reason) {
+	return p.reserve(&h, &r, jobBudget)
+}
+
+// reserve is Reserve on pointers (the host is large, and Accept runs it for
+// every candidate host): it reads h and r and changes neither.
+func (p Policy) reserve(h *Host, r *Request, jobBudget int64) (Reservation, Reason) {
 	// Negative requests are bad data, never a reservation that gives the
 	// host resources back.
-	if r.MemKB < 0 {
-		r.MemKB = max(p.MinMemKB, 0)
-	}
-	r.GPUs, r.GPUMemKB = max(r.GPUs, 0), max(r.GPUMemKB, 0)
+	memKB := p.clampMemKB(r.MemKB)
+	gpus, gpuMemKB := max(r.GPUs, 0), max(r.GPUMemKB, 0)
+	idleCores, idleMemKB := h.IdleCores, h.IdleMemKB
 	if h.KeepCores > 0 || h.KeepMemKB > 0 {
-		h.IdleCores = max(h.IdleCores-max(h.KeepCores, 0), 0)
-		h.IdleMemKB = max(h.IdleMemKB-max(h.KeepMemKB, 0), 0)
+		idleCores = max(idleCores-max(h.KeepCores, 0), 0)
+		idleMemKB = max(idleMemKB-max(h.KeepMemKB, 0), 0)
 	}
-	unit := p.CoreUnit
-	if unit <= 0 {
-		unit = 100
-	}
+	unit := p.Unit()
 	total := h.TotalCores / unit
-	idle := h.IdleCores / unit
+	idle := idleCores / unit
 	if total <= 0 {
 		return Reservation{}, BadHostCores
 	}
-	if h.IdleMemKB < r.MemKB {
+	if idleMemKB < memKB {
 		return Reservation{}, NoMemory
 	}
-	if h.IdleGPUs < r.GPUs {
+	if h.IdleGPUs < gpus {
 		return Reservation{}, NoGPUs
 	}
-	if h.IdleGPUMem < r.GPUMemKB {
+	if h.IdleGPUMemKB < gpuMemKB {
 		return Reservation{}, NoGPUMemory
 	}
 
@@ -147,13 +161,13 @@ func (p Policy) Reserve(h Host, r Request, jobBudget int64) (Reservation, Reason
 		cores = idle
 	case h.ThreadMode == Variable && want <= 2:
 		cores = 2
-	case r.Selfish || h.IdleMemKB-r.MemKB <= p.StrandedMemKB:
+	case r.Selfish || idleMemKB-memKB <= p.StrandedMemKB:
 		cores = idle
 	default:
 		perCore := (h.TotalMemKB + total/2) / total // rounded KB per core
 		balanced := want
 		if perCore > 0 {
-			balanced = r.MemKB / perCore
+			balanced = memKB / perCore
 		}
 		cores = max(balanced, want)
 	}
@@ -170,7 +184,7 @@ func (p Policy) Reserve(h Host, r Request, jobBudget int64) (Reservation, Reason
 	if cores <= 0 || cores > total || cores > idle {
 		return Reservation{}, NoCores
 	}
-	return Reservation{Cores: cores * unit, MemKB: r.MemKB, GPUs: r.GPUs, GPUMemKB: r.GPUMemKB}, Fits
+	return Reservation{Cores: cores * unit, MemKB: memKB, GPUs: gpus, GPUMemKB: gpuMemKB}, Fits
 }
 
 // Take subtracts a reservation from the host's idle values.
@@ -178,5 +192,5 @@ func (h *Host) Take(r Reservation) {
 	h.IdleCores -= r.Cores
 	h.IdleMemKB -= r.MemKB
 	h.IdleGPUs -= r.GPUs
-	h.IdleGPUMem -= r.GPUMemKB
+	h.IdleGPUMemKB -= r.GPUMemKB
 }

@@ -36,7 +36,7 @@ func TestReserve(t *testing.T) {
 		{"not enough cores", host(16, 1, 64, 64, Auto), Request{CoresMin: 400, MemKB: gb, Threadable: true}, -1, 0, NoCores},
 		{"no idle core", host(16, 0, 64, 64, Auto), Request{CoresMin: 100, MemKB: gb}, -1, 0, NoCores},
 		{"gpus", Host{TotalCores: 800, IdleCores: 800, TotalMemKB: 64 * gb, IdleMemKB: 64 * gb, IdleGPUs: 1}, Request{CoresMin: 100, MemKB: gb, GPUs: 2}, -1, 0, NoGPUs},
-		{"gpu memory", Host{TotalCores: 800, IdleCores: 800, TotalMemKB: 64 * gb, IdleMemKB: 64 * gb, IdleGPUs: 2, IdleGPUMem: gb}, Request{CoresMin: 100, MemKB: gb, GPUs: 1, GPUMemKB: 2 * gb}, -1, 0, NoGPUMemory},
+		{"gpu memory", Host{TotalCores: 800, IdleCores: 800, TotalMemKB: 64 * gb, IdleMemKB: 64 * gb, IdleGPUs: 2, IdleGPUMemKB: gb}, Request{CoresMin: 100, MemKB: gb, GPUs: 1, GPUMemKB: 2 * gb}, -1, 0, NoGPUMemory},
 		{"sub-core minimum rounds up", host(16, 16, 64, 64, Auto), Request{CoresMin: 10, MemKB: gb, Threadable: true}, -1, 1, Fits},
 	}
 	for _, c := range cases {
@@ -52,9 +52,9 @@ func TestReserve(t *testing.T) {
 }
 
 func TestTake(t *testing.T) {
-	h := Host{IdleCores: 800, IdleMemKB: 10, IdleGPUs: 2, IdleGPUMem: 5}
+	h := Host{IdleCores: 800, IdleMemKB: 10, IdleGPUs: 2, IdleGPUMemKB: 5}
 	h.Take(Reservation{Cores: 300, MemKB: 4, GPUs: 1, GPUMemKB: 2})
-	if h.IdleCores != 500 || h.IdleMemKB != 6 || h.IdleGPUs != 1 || h.IdleGPUMem != 3 {
+	if h.IdleCores != 500 || h.IdleMemKB != 6 || h.IdleGPUs != 1 || h.IdleGPUMemKB != 3 {
 		t.Fatalf("Take left %+v", h)
 	}
 }
@@ -63,7 +63,7 @@ func TestTake(t *testing.T) {
 // reserved as the configured minimum, never as a negative reservation that
 // would give the host memory; negative GPU values reserve none.
 func TestNegativeRequestsAreClamped(t *testing.T) {
-	h := Host{TotalCores: 800, IdleCores: 800, TotalMemKB: 8 * gb, IdleMemKB: 8 * gb, IdleGPUs: 1, IdleGPUMem: gb}
+	h := Host{TotalCores: 800, IdleCores: 800, TotalMemKB: 8 * gb, IdleMemKB: 8 * gb, IdleGPUs: 1, IdleGPUMemKB: gb}
 	for _, p := range []Policy{{CoreUnit: 100, MinMemKB: 256 << 10}, {CoreUnit: 100}} {
 		res, why := p.Reserve(h, Request{CoresMin: 100, MemKB: -gb, GPUs: -2, GPUMemKB: -gb}, -1)
 		if why != Fits {
@@ -74,7 +74,7 @@ func TestNegativeRequestsAreClamped(t *testing.T) {
 		}
 		hh := h
 		hh.Take(res)
-		if hh.IdleMemKB > hh.TotalMemKB || hh.IdleGPUs > 1 || hh.IdleGPUMem > gb {
+		if hh.IdleMemKB > hh.TotalMemKB || hh.IdleGPUs > 1 || hh.IdleGPUMemKB > gb {
 			t.Errorf("min %d: booking gave the host resources: %+v", p.MinMemKB, hh)
 		}
 	}

@@ -4,7 +4,7 @@
 //
 // It only translates types: cluster tags become group tags (by name, in the
 // matcher's probe order), the layer's floors and gates become a
-// hostcache.Profile, the matcher's Accept sees a dispatch.Host (with the
+// hostcache.Profile, the matcher's Accept sees a sizing.Host (with the
 // layer's cores on the host), the batches booked are reported to
 // Cache.Booked (locality), and hostcache.ErrNoCandidate becomes
 // matcher.ErrNoCandidate (keeping the miss's capacity watch, so the
@@ -19,7 +19,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/cuesched/cuesched/scheduler/dispatch"
 	"github.com/cuesched/cuesched/scheduler/hostcache"
 	"github.com/cuesched/cuesched/scheduler/matcher"
 	"github.com/cuesched/cuesched/scheduler/sizing"
@@ -33,20 +32,8 @@ func New(c *hostcache.Cache) *Hosts { return &Hosts{c: c} }
 
 var _ matcher.Hosts = (*Hosts)(nil)
 
-// ToDispatch converts a cached host into the dispatcher's host.
-func ToDispatch(h hostcache.Host) dispatch.Host {
-	return dispatch.Host{
-		ID: h.ID, Name: h.Name, AllocID: h.AllocID, OS: h.OS,
-		Host: sizing.Host{
-			TotalCores: h.TotalCores, IdleCores: h.IdleCores, TotalMemKB: h.TotalMemKB, IdleMemKB: h.IdleMemKB,
-			IdleGPUs: h.IdleGPUs, IdleGPUMem: h.IdleGPUMemKB, ThreadMode: h.ThreadMode,
-		},
-		LayerCores: h.LayerCores,
-	}
-}
-
 // Checkout implements matcher.Hosts.
-func (a *Hosts) Checkout(ctx context.Context, req matcher.HostRequest) (dispatch.Host, error) {
+func (a *Hosts) Checkout(ctx context.Context, req matcher.HostRequest) (sizing.Host, error) {
 	tags := make([]string, 0, len(req.Tags))
 	for _, t := range req.Tags {
 		tags = append(tags, t.Name)
@@ -54,37 +41,37 @@ func (a *Hosts) Checkout(ctx context.Context, req matcher.HostRequest) (dispatch
 	r := hostcache.Request{
 		FacilityID: req.FacilityID, ShowID: req.ShowID, Tags: tags,
 		Profile: hostcache.Profile{
-			CoresMin: req.CoresMin, MemMinKB: req.MemMinKB, GPUsMin: req.GPUsMin, GPUMemMinKB: req.GPUMemMinKB,
+			CoresMin: req.Floor.Cores, MemMinKB: req.Floor.MemKB, GPUsMin: req.Floor.GPUs, GPUMemMinKB: req.Floor.GPUMemKB,
 			OS: req.OS, Threadable: req.Threadable,
 		},
 		LayerID: req.LayerID,
 	}
 	if req.Accept != nil {
-		r.Accept = func(h hostcache.Host) bool { return req.Accept(ToDispatch(h)) }
+		r.Accept = func(h hostcache.Host) bool { return req.Accept(h.Host) }
 	}
 	h, err := a.c.Checkout(ctx, r)
 	if errors.Is(err, hostcache.ErrNoCandidate) {
 		var nc *hostcache.NoCandidateError
 		if errors.As(err, &nc) {
-			return dispatch.Host{}, &matcher.NoCandidateError{Watch: nc.Watch}
+			return sizing.Host{}, &matcher.NoCandidateError{Watch: nc.Watch}
 		}
-		return dispatch.Host{}, matcher.ErrNoCandidate
+		return sizing.Host{}, matcher.ErrNoCandidate
 	}
 	if err != nil {
-		return dispatch.Host{}, err
+		return sizing.Host{}, err
 	}
-	return ToDispatch(h), nil
+	return h.Host, nil
 }
 
 // Booked implements matcher.BookingObserver: the cache learns which layer
 // ran where (locality, the layer's cores on the host).
-func (a *Hosts) Booked(h dispatch.Host, layerID string, frames int, cores int64) {
+func (a *Hosts) Booked(h sizing.Host, layerID string, frames int, cores int64) {
 	a.c.Booked(h.ID, layerID, frames, cores)
 }
 
 var _ matcher.BookingObserver = (*Hosts)(nil)
 
 // Checkin implements matcher.Hosts.
-func (a *Hosts) Checkin(h dispatch.Host) {
-	a.c.Checkin(h.ID, hostcache.Idle{Cores: h.IdleCores, MemKB: h.IdleMemKB, GPUs: h.IdleGPUs, GPUMemKB: h.IdleGPUMem})
+func (a *Hosts) Checkin(h sizing.Host) {
+	a.c.Checkin(h)
 }

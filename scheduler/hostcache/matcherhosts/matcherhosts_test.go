@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cuesched/cuesched/scheduler/clusters"
-	"github.com/cuesched/cuesched/scheduler/dispatch"
 	"github.com/cuesched/cuesched/scheduler/hostcache"
 	"github.com/cuesched/cuesched/scheduler/matcher"
+	"github.com/cuesched/cuesched/scheduler/sizing"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
@@ -71,11 +71,11 @@ func TestAdapterAgainstPostgres(t *testing.T) {
 	}
 
 	var hosts matcher.Hosts = New(c)
-	var seen []dispatch.Host
+	var seen []sizing.Host
 	req := matcher.HostRequest{
 		FacilityID: facility, ShowID: show, Tags: []clusters.Tag{{Name: "general", Type: clusters.Manual}},
-		CoresMin: 200, MemMinKB: 4 * gib, OS: "linux",
-		Accept: func(h dispatch.Host) bool { seen = append(seen, h); return true },
+		Floor: sizing.Floor{Cores: 200, MemKB: 4 * gib}, OS: "linux",
+		Accept: func(h sizing.Host) bool { seen = append(seen, h); return true },
 	}
 	h, err := hosts.Checkout(ctx, req)
 	if err != nil || h.ID != "h0" {
@@ -105,10 +105,10 @@ func TestAdapterAgainstPostgres(t *testing.T) {
 
 	// A booking: the dispatcher's guarded UPDATE, then the check-in with
 	// what Postgres returned.
-	var after dispatch.Host = h
+	var after sizing.Host = h
 	if err := pool.QueryRow(ctx, `UPDATE host SET int_cores_idle = int_cores_idle - 300, int_mem_idle = int_mem_idle - $1
 		WHERE pk_host = 'h0' RETURNING int_cores_idle, int_mem_idle, int_gpus_idle, int_gpu_mem_idle`, 2*gib).
-		Scan(&after.IdleCores, &after.IdleMemKB, &after.IdleGPUs, &after.IdleGPUMem); err != nil {
+		Scan(&after.IdleCores, &after.IdleMemKB, &after.IdleGPUs, &after.IdleGPUMemKB); err != nil {
 		t.Fatal(err)
 	}
 	hosts.Checkin(after)

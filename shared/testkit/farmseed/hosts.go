@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cuesched/cuesched/scheduler/dispatch"
 	"github.com/cuesched/cuesched/scheduler/matcher"
 	"github.com/cuesched/cuesched/scheduler/sizing"
 	"github.com/cuesched/cuesched/shared/cuebot"
@@ -48,25 +47,25 @@ ORDER BY h.int_cores_idle, mem_idle DESC, h.pk_host
 LIMIT 200`
 
 // Checkout implements matcher.Hosts.
-func (d *DBHosts) Checkout(ctx context.Context, req matcher.HostRequest) (dispatch.Host, error) {
+func (d *DBHosts) Checkout(ctx context.Context, req matcher.HostRequest) (sizing.Host, error) {
 	var tags []string
 	for _, t := range req.Tags {
 		tags = append(tags, t.Name)
 	}
-	rows, err := d.DB.Query(ctx, dbHostsSQL, req.ShowID, req.FacilityID, tags, req.CoresMin, req.MemMinKB, req.GPUsMin)
+	rows, err := d.DB.Query(ctx, dbHostsSQL, req.ShowID, req.FacilityID, tags, req.Floor.Cores, req.Floor.MemKB, req.Floor.GPUs)
 	if err != nil {
-		return dispatch.Host{}, fmt.Errorf("farmseed hosts: %w", err)
+		return sizing.Host{}, fmt.Errorf("farmseed hosts: %w", err)
 	}
-	cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Host, error) {
-		var h dispatch.Host
+	cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (sizing.Host, error) {
+		var h sizing.Host
 		var mode int64
 		err := r.Scan(&h.ID, &h.Name, &h.AllocID, &h.OS, &h.TotalCores, &h.IdleCores, &h.TotalMemKB, &h.IdleMemKB,
-			&h.IdleGPUs, &h.IdleGPUMem, &mode)
+			&h.IdleGPUs, &h.IdleGPUMemKB, &mode)
 		h.ThreadMode = int(mode)
 		return h, err
 	})
 	if err != nil {
-		return dispatch.Host{}, fmt.Errorf("farmseed hosts: %w", err)
+		return sizing.Host{}, fmt.Errorf("farmseed hosts: %w", err)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -80,7 +79,7 @@ func (d *DBHosts) Checkout(ctx context.Context, req matcher.HostRequest) (dispat
 		if h.ThreadMode == sizing.All && !req.Threadable {
 			continue
 		}
-		if h.IdleGPUMem < req.GPUMemMinKB {
+		if h.IdleGPUMemKB < req.Floor.GPUMemKB {
 			continue
 		}
 		if req.Accept != nil && !req.Accept(h) {
@@ -90,11 +89,11 @@ func (d *DBHosts) Checkout(ctx context.Context, req matcher.HostRequest) (dispat
 		d.Checkouts++
 		return h, nil
 	}
-	return dispatch.Host{}, matcher.ErrNoCandidate
+	return sizing.Host{}, matcher.ErrNoCandidate
 }
 
 // Checkin implements matcher.Hosts.
-func (d *DBHosts) Checkin(h dispatch.Host) {
+func (d *DBHosts) Checkin(h sizing.Host) {
 	d.mu.Lock()
 	delete(d.out, h.ID)
 	d.mu.Unlock()
