@@ -68,21 +68,48 @@ func (p *Publisher) State(ctx context.Context) (State, error) {
 // SeqHighWater is the highest acct:seq this publisher has seen acknowledged
 // (bookings' replies and ObserveSeq). Read it before a State poll: a seq
 // the poll returns below it is a rollback.
-func (p *Publisher) SeqHighWater() int64 { return p.seqHigh.Load() }
+func (p *Publisher) SeqHighWater() int64 {
+	hw, _ := p.SeqMark()
+	return hw
+}
+
+// SeqMark is the high-water mark and its term: the number of resets
+// (ResetSeqHighWater, a new epoch adopted) so far. A caller that reads the
+// mark before a State poll and compares later must check the term is
+// unchanged: a mark read under the previous epoch says nothing of the new
+// one's acct:seq.
+func (p *Publisher) SeqMark() (hw, term int64) {
+	p.seqMu.Lock()
+	defer p.seqMu.Unlock()
+	return p.seqHigh, p.seqTerm
+}
 
 // ObserveSeq raises the high-water mark to seq.
 func (p *Publisher) ObserveSeq(seq int64) {
-	for {
-		cur := p.seqHigh.Load()
-		if seq <= cur || p.seqHigh.CompareAndSwap(cur, seq) {
-			return
-		}
+	p.seqMu.Lock()
+	defer p.seqMu.Unlock()
+	p.seqHigh = max(p.seqHigh, seq)
+}
+
+// observeSeqIn raises the mark to seq only if it was not reset since term
+// was read (a booking whose reply straddles an epoch change proves nothing
+// about the new epoch).
+func (p *Publisher) observeSeqIn(seq, term int64) {
+	p.seqMu.Lock()
+	defer p.seqMu.Unlock()
+	if p.seqTerm == term {
+		p.seqHigh = max(p.seqHigh, seq)
 	}
 }
 
 // ResetSeqHighWater sets the high-water mark to seq (a new epoch: the
-// sequence of the old one means nothing there).
-func (p *Publisher) ResetSeqHighWater(seq int64) { p.seqHigh.Store(seq) }
+// sequence of the old one means nothing there) and starts a new term.
+func (p *Publisher) ResetSeqHighWater(seq int64) {
+	p.seqMu.Lock()
+	defer p.seqMu.Unlock()
+	p.seqHigh = seq
+	p.seqTerm++
+}
 
 // NewEpoch makes a bootstrap epoch whose generation is the Redis server's
 // clock now, so a later bootstrap's epoch is always newer (EpochGeneration).

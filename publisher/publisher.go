@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,7 +55,9 @@ type Publisher struct {
 	sidecarState *redis.Script
 	repairSeq    atomic.Uint64
 	// seqHigh is the highest acct:seq seen acknowledged (lineage.go).
-	seqHigh atomic.Int64
+	seqMu   sync.Mutex
+	seqHigh int64
+	seqTerm int64 // resets of seqHigh (new epochs adopted)
 }
 
 // DefaultTombstoneTTL is Options.TombstoneTTL's default.
@@ -254,6 +257,7 @@ func (p *Publisher) doBook(ctx context.Context, b Booking, mode string) (Result,
 		keys = append(keys, ResvHostKey(b.HostID))
 		args = append(args, b.HostID, b.LayerID, until)
 	}
+	_, term := p.SeqMark()
 	start := time.Now()
 	v, err := p.book.Run(ctx, p.rdb, keys, args...).Slice()
 	p.m.bookingLatency.Observe(time.Since(start).Seconds())
@@ -274,7 +278,7 @@ func (p *Publisher) doBook(ctx context.Context, b Booking, mode string) (Result,
 		} else {
 			p.m.bookings.WithLabelValues("duplicate").Inc()
 		}
-		p.ObserveSeq(seq)
+		p.observeSeqIn(seq, term)
 		r := Result{Seq: seq, Duplicate: code == 2, Cores: cores}
 		if len(v) > 2 {
 			r.Reservation, _ = v[2].(string)

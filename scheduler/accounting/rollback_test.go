@@ -41,17 +41,21 @@ func (f *farm) dump() dumpDB {
 // snapshot.
 func (f *farm) restore(d dumpDB) {
 	f.t.Helper()
-	if err := f.rdb.FlushDB(f.ctx).Err(); err != nil {
+	// One MULTI/EXEC, as a real Redis loads a snapshot before it serves:
+	// flushed and restored key by key, the service's polls could see the
+	// empty Redis in between (on a loaded machine) and bootstrap once more.
+	if _, err := f.rdb.TxPipelined(f.ctx, func(pipe redis.Pipeliner) error {
+		pipe.FlushDB(f.ctx)
+		for k, v := range d {
+			ttl := v[1].(time.Duration)
+			if ttl < 0 {
+				ttl = 0
+			}
+			pipe.RestoreReplace(f.ctx, k, ttl, v[0].(string))
+		}
+		return nil
+	}); err != nil {
 		f.t.Fatal(err)
-	}
-	for k, v := range d {
-		ttl := v[1].(time.Duration)
-		if ttl < 0 {
-			ttl = 0
-		}
-		if err := f.rdb.RestoreReplace(f.ctx, k, ttl, v[0].(string)).Err(); err != nil {
-			f.t.Fatal(err)
-		}
 	}
 }
 

@@ -232,7 +232,7 @@ func (s *Service) watchEpoch(ctx context.Context) {
 func (s *Service) checkEpoch(ctx context.Context) string {
 	// The high-water mark is read before the state: a booking acknowledged
 	// after the read cannot make a live Redis look rolled back.
-	hw := s.pub.SeqHighWater()
+	hw, term := s.pub.SeqMark()
 	st, err := s.pub.State(ctx)
 	switch {
 	case err != nil:
@@ -244,7 +244,7 @@ func (s *Service) checkEpoch(ctx context.Context) string {
 		s.setGate(false, "accounting: Redis empty (restarted?), waiting for the bootstrap")
 		return ""
 	}
-	if why, kind := s.checkLineage(st, hw); why != "" {
+	if why, kind := s.checkLineage(st, hw, term); why != "" {
 		s.rolledBack(ctx, st, kind, why)
 		return ""
 	}
@@ -256,7 +256,12 @@ func (s *Service) checkEpoch(ctx context.Context) string {
 // (see publisher's lineage.go): the same epoch with acct:seq below what was
 // seen acknowledged, or an epoch of an older generation, is a rollback; a
 // newer epoch (a re-bootstrap) is adopted.
-func (s *Service) checkLineage(st publisher.State, hw int64) (why, kind string) {
+//
+// hw and term are the publisher's SeqMark read before st was polled; a
+// mark reset since (this instance adopted a new epoch meanwhile, e.g. its
+// own bootstrap) belongs to the old epoch and proves nothing: the next
+// poll judges.
+func (s *Service) checkLineage(st publisher.State, hw, term int64) (why, kind string) {
 	s.lineageMu.Lock()
 	defer s.lineageMu.Unlock()
 	gen := publisher.EpochGeneration(st.Epoch)
@@ -265,6 +270,9 @@ func (s *Service) checkLineage(st publisher.State, hw int64) (why, kind string) 
 		s.known, s.knownGen = st.Epoch, gen
 		s.pub.ObserveSeq(st.Seq)
 	case st.Epoch == s.known:
+		if _, now := s.pub.SeqMark(); now != term {
+			return "", ""
+		}
 		if st.Seq < hw {
 			return fmt.Sprintf("acct:seq is %d under epoch %s, but %d was already acknowledged: Redis lost acknowledged writes (restarted from an older snapshot, or a failover to a replica that missed them)", st.Seq, st.Epoch, hw), "seq"
 		}
