@@ -81,8 +81,18 @@ func (m *monitor) run(ctx context.Context) {
 	}
 }
 
-// capUseSQL: (kind, id, use, cap) for every job, folder, subscription and
-// limit with live procs.
+// capUseSQL: (kind, id, use, cap) for every job, folder and subscription
+// with live procs, and every limit with running frames.
+//
+// A limit counts the RUNNING frames of its layers, as Cuebot and the
+// booking statement do (layer_stat.int_running_count), not procs: Cuebot's
+// completion path stops the frame (and detaches its proc) in one
+// transaction and deletes the proc in a later one, so for a moment a proc
+// outlives the frame it ran while the licence is already back (the render
+// process exited before RQD reported it). Counting procs there saw a seat
+// still taken that was free, and reported a cap overrun that never
+// happened on a render node. What holds a seat on a render node is checked
+// separately, from the fake RQD (seatUse).
 const capUseSQL = `
 SELECT 'job', p.pk_job, sum(p.int_cores_reserved)::bigint, max(jr.int_max_cores)::bigint
   FROM proc p JOIN job_resource jr ON jr.pk_job = p.pk_job GROUP BY p.pk_job
@@ -96,8 +106,70 @@ SELECT 'subscription', s.pk_subscription, sum(p.int_cores_reserved)::bigint, max
  GROUP BY s.pk_subscription
 UNION ALL
 SELECT 'limit', lr.str_name, count(*)::bigint, max(lr.int_max_value)::bigint
-  FROM proc p JOIN layer_limit ll ON ll.pk_layer = p.pk_layer JOIN limit_record lr ON lr.pk_limit_record = ll.pk_limit_record
+  FROM frame f JOIN layer_limit ll ON ll.pk_layer = f.pk_layer JOIN limit_record lr ON lr.pk_limit_record = ll.pk_limit_record
+ WHERE f.str_state = 'RUNNING'
  GROUP BY lr.str_name`
+
+// limitLayersSQL: (layer, limit name, max) for every layer under a limit.
+const limitLayersSQL = `
+SELECT ll.pk_layer, lr.str_name, lr.int_max_value::bigint
+  FROM layer_limit ll JOIN limit_record lr ON lr.pk_limit_record = ll.pk_limit_record`
+
+// capUse is one cap's use at a sample.
+type capUse struct {
+	kind, id   string
+	use, limit int64
+}
+
+// seatUse counts, per limit, the frames of its layers that run on the fake
+// RQD right now: the processes that hold a licence seat. Launch follows
+// the booking's commit and the completion report follows the process's
+// exit, so these are always a subset of the RUNNING frames the booking
+// statement counts.
+func (m *monitor) seatUse(ctx context.Context) ([]capUse, error) {
+	w := m.w
+	if w.Fake == nil {
+		return nil, nil
+	}
+	rows, err := w.Pool.Query(ctx, limitLayersSQL)
+	if err != nil {
+		return nil, err
+	}
+	type lim struct {
+		name string
+		max  int64
+	}
+	byLayer := map[string][]lim{}
+	caps := map[string]int64{}
+	for rows.Next() {
+		var layer string
+		var l lim
+		if err := rows.Scan(&layer, &l.name, &l.max); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		byLayer[layer] = append(byLayer[layer], l)
+		caps[l.name] = l.max
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(byLayer) == 0 {
+		return nil, nil
+	}
+	use := map[string]int64{}
+	for _, rf := range w.Fake.Running("") {
+		for _, l := range byLayer[rf.GetLayerId()] {
+			use[l.name]++
+		}
+	}
+	var out []capUse
+	for name, n := range use {
+		out = append(out, capUse{kind: "limit seats", id: name, use: n, limit: caps[name]})
+	}
+	return out, nil
+}
 
 func (m *monitor) sample(ctx context.Context, at float64, slow bool) {
 	w := m.w
@@ -130,17 +202,28 @@ func (m *monitor) sample(ctx context.Context, at float64, slow bool) {
 		m.mu.Unlock()
 	}
 	if err == nil {
+		var uses []capUse
+		for rows.Next() {
+			var u capUse
+			if rows.Scan(&u.kind, &u.id, &u.use, &u.limit) == nil {
+				uses = append(uses, u)
+			}
+		}
+		rows.Close()
+		seats, serr := m.seatUse(ctx)
+		if serr != nil && ctx.Err() == nil {
+			m.mu.Lock()
+			m.example("seat query failed: %v", serr)
+			m.mu.Unlock()
+		}
+		uses = append(uses, seats...)
 		seen, caps := map[string]int64{}, map[string]int64{}
 		m.mu.Lock()
 		m.capRuns++
 		first := m.capRuns == 1
 		m.mu.Unlock()
-		for rows.Next() {
-			var kind, id string
-			var use, limit int64
-			if rows.Scan(&kind, &id, &use, &limit) != nil {
-				continue
-			}
+		for _, u := range uses {
+			kind, id, use, limit := u.kind, u.id, u.use, u.limit
 			key := kind + "/" + id
 			seen[key], caps[key] = use, limit
 			m.mu.Lock()
@@ -155,7 +238,6 @@ func (m *monitor) sample(ctx context.Context, at float64, slow bool) {
 			}
 			m.mu.Unlock()
 		}
-		rows.Close()
 		m.mu.Lock()
 		m.prev, m.prevCap = seen, caps
 		m.mu.Unlock()

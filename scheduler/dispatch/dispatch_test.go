@@ -341,6 +341,34 @@ func TestDispatchLimitRecord(t *testing.T) {
 	}
 }
 
+// A limit attached to a layer after the pending query read the layer (so
+// the caller neither locked nor passed it) is still honoured: the claim
+// reads the layer's limits itself and starts nothing past one it did not
+// lock; the next read of the layer carries it and books up to it.
+func TestDispatchLimitAttachedAfterTheRead(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	host := h.host(farmtest.HostSpec{Cores: 32})
+	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 6, NotThreadable: true}}})
+	l := h.layers(j)[0]
+	if len(l.LimitIDs) != 0 {
+		t.Fatalf("layer read with limits %v", l.LimitIDs)
+	}
+	lim := h.must(h.seed.Limit(context.Background(), "late", 2))
+	h.exec(`INSERT INTO layer_limit (pk_layer_limit, pk_layer, pk_limit_record) VALUES (gen_random_uuid()::text, $1, $2)`, l.ID, lim)
+	res := h.d.Dispatch(context.Background(), l, l.Frames, host)
+	if res.Stop != dispatch.LimitReached || len(res.Dispatched) != 0 {
+		t.Fatalf("stale layer (no limits read) = %+v, want nothing started and limit_reached", res)
+	}
+	h.checkBooked(0)
+	l = h.layers(j)[0]
+	res = h.d.Dispatch(context.Background(), l, l.Frames, h.load(host.ID))
+	if res.Stop != dispatch.LimitReached || len(res.Dispatched) != 2 {
+		t.Fatalf("fresh layer = %+v, want 2 started", res)
+	}
+	h.checkBooked(2)
+}
+
 func TestDispatchLostRacesAndGuards(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)

@@ -24,21 +24,31 @@ FOR UPDATE`
 // dispatchable (PENDING and not paused, in the statement's snapshot), and
 // one row per frame started.
 //
+// The layer's limits are read again here, from layer_limit in the
+// statement's snapshot, not only taken from the caller: a limit attached to
+// the layer after the pending query read it (Cuebot's addLimit on a live
+// layer) is one the transaction did not lock, so its headroom is 0 and
+// nothing starts (the next pass reads the new list and locks it).
+//
 // $1 frame ids, $2 proc ids, $3 versions, $4 centicores, $5 memory KB,
 // $6 GPUs, $7 GPU memory KB (one element per frame, in dispatch order);
-// $8 host name, $9 show, $10 limit_record ids, $11 host, $12 layer, $13 job,
-// $14 proc.int_mem_used (KB).
+// $8 host name, $9 show, $10 limit_record ids (the ones locked), $11 host,
+// $12 layer, $13 job, $14 proc.int_mem_used (KB).
 const ClaimSQL = `
-WITH lim AS (
-    SELECT lr.int_max_value,
+WITH lids AS (
+    SELECT unnest($10::text[]) AS pk_limit_record, true AS locked
+    UNION
+    SELECT ll.pk_limit_record, false FROM layer_limit ll
+     WHERE ll.pk_layer = $12 AND ll.pk_limit_record <> ALL($10::text[])
+), lim AS (
+    SELECT lr.int_max_value, lids.locked,
            (SELECT COALESCE(SUM(ls.int_running_count), 0)
               FROM layer_limit ll JOIN layer_stat ls ON ls.pk_layer = ll.pk_layer
              WHERE ll.pk_limit_record = lr.pk_limit_record) AS running
-    FROM limit_record lr
-    WHERE lr.pk_limit_record = ANY($10::text[])
+    FROM lids JOIN limit_record lr ON lr.pk_limit_record = lids.pk_limit_record
 ), room AS (
     SELECT CASE WHEN count(*) = 0 THEN -1
-                ELSE GREATEST(MIN(CASE WHEN int_max_value IS NULL THEN 0
+                ELSE GREATEST(MIN(CASE WHEN int_max_value IS NULL OR NOT locked THEN 0
                                        ELSE int_max_value - running END), 0) END AS n
     FROM lim
 ), jb AS (
