@@ -333,6 +333,16 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		}
 	}
 
+	if schema.LimitSettings {
+		// Frames Cuebot marked DEAD for a licence denial go back to WAITING
+		// (package dispatch, ReviveDeniedSQL); the leader does it.
+		rv := dispatch.DenialReviver{Pool: s.pool, Log: log.Named("denials")}
+		if s.Accounting != nil {
+			rv.Leader = s.Accounting.IsLeader
+		}
+		s.loops = append(s.loops, rv.Run)
+	}
+
 	if iv := q.WaitingStatsInterval.D(); iv > 0 {
 		var leader func() bool
 		if s.Accounting != nil {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/cuesched/cuesched/rollout"
@@ -35,6 +37,8 @@ func Scenarios() []Scenario {
 		{Name: "JOBCAP", Description: "a job capped at 10 cores in a busy farm: its use reaches the cap and never books past it.", Fast: true, Run: runJobCap},
 		{Name: "FOLDER", Description: "a folder capped at 12 cores holding two jobs: their sum reaches the cap and never books past it.", Run: runFolderCap},
 		{Name: "LIMIT", Description: "a limit_record of 6 shared by two jobs' layers: running frames reach 6 and never book past it.", Fast: true, Run: runLimit},
+		{Name: "LICENSE_DENIED", Description: "a limit whose licence server denies half the launches (exit 42), on a job of int_max_retries 1: with 42 named as the limit's denial status, denied frames run again without spending a retry and none ends DEAD; beside the same run without it.",
+			Fast: true, Variants: []Variant{noDenials}, Run: runLicenseDenied},
 		{Name: "CAPDROP", Description: "a job cap and a subscription burst lowered below live use mid-run, then restored: no wedge, no negative counter, no drift.", Run: runCapDrop},
 		{Name: "DEPENDS", Description: "three jobs of three layers chained layer-on-layer: no frame starts before its dependency is satisfied; every gated frame runs once it is.", Fast: true, Run: runDepends},
 		{Name: "RETRIES", Description: "frames that fail (retried until int_max_retries, then DEAD) and frames killed for memory (retried with the layer's memory raised, as Cuebot does) beside healthy work: every OOM frame succeeds on more memory, every failing frame ends DEAD after its retries, the rest runs.", Fast: true, Run: runRetries},
@@ -51,6 +55,67 @@ func Scenarios() []Scenario {
 		{Name: "MIGRATE", Description: "legacy-dispatched and managed shows on one farm, flipped each way mid-run: no host over-booked, nothing launched twice, no orphan proc older than 30 s.",
 			Run: runMigrate},
 	}
+}
+
+// noDenials is LICENSE_DENIED without the limit's denial exit status.
+var noDenials = Variant{Name: "no denial statuses"}
+
+// licenceDenied is the exit status LICENSE_DENIED's licence server gives.
+const licenceDenied = 42
+
+func runLicenseDenied(ctx context.Context, w *World) error {
+	f, err := w.basicFarm(ctx, w.Opts.scale(4), 8)
+	if err != nil {
+		return err
+	}
+	w.RunTimes(200*time.Millisecond, 600*time.Millisecond)
+	lim, err := w.Seed.Limit(ctx, "nuke", 6)
+	if err != nil {
+		return err
+	}
+	if w.Variant.Name != noDenials.Name {
+		if err := w.Seed.LimitDenials(ctx, lim, licenceDenied); err != nil {
+			return err
+		}
+	}
+	const frames = 40
+	l := oneCore("comp", frames)
+	l.Limits = []string{lim}
+	j, err := w.Seed.Job(ctx, farmtest.JobSpec{Name: "licensed", Show: f.show, Facility: w.Facility, Priority: 50,
+		MaxCores: farmtest.Uncapped, MaxRetries: 1, Layers: []farmtest.LayerSpec{l}})
+	if err != nil {
+		return err
+	}
+	var denied atomic.Int64
+	w.LayerOutcome(j.Layers[0].ID, func(int64) (int32, int64) {
+		if w.Rand(func(r *rand.Rand) int { return r.Intn(2) }) == 0 {
+			denied.Add(1)
+			return licenceDenied, gb / 2
+		}
+		return 0, gb / 2
+	})
+	if err := w.Start(ctx, 0); err != nil {
+		return err
+	}
+	states := func() map[string]int64 {
+		out, _ := queryMap[int64](ctx, w, `SELECT str_state, count(*) FROM frame WHERE pk_job = $1 GROUP BY 1`, j.ID)
+		return out
+	}
+	settled := w.WaitFor(ctx, 90*time.Second, func() bool {
+		st := states()
+		return st["SUCCEEDED"]+st["DEAD"] == frames
+	})
+	st := states()
+	if !settled {
+		w.Note("not settled in 90 s: %v", st)
+	}
+	var maxRetries int64
+	_ = w.Pool.QueryRow(ctx, `SELECT COALESCE(max(int_retries), -1) FROM frame WHERE pk_job = $1`, j.ID).Scan(&maxRetries)
+	w.Metric("frames DEAD (int_max_retries 1)", float64(st["DEAD"]), Equal, 0, "")
+	w.Metric("frames succeeded", float64(st["SUCCEEDED"]), Equal, frames, "")
+	w.Metric("launches denied a seat", float64(denied.Load()), AtLeast, 10, "")
+	w.Note("largest int_retries of a frame: %d", maxRetries)
+	return nil
 }
 
 // settle waits for the farm to fill to at least frac (or 60 s).

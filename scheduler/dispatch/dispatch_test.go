@@ -369,6 +369,66 @@ func TestDispatchLimitAttachedAfterTheRead(t *testing.T) {
 	h.checkBooked(2)
 }
 
+// A frame whose last run ended with a licence-denial exit status of its
+// layer's limit is relaunched without counting a retry; any other failure
+// counts one. A frame Cuebot marked DEAD for a denial is put back to
+// WAITING; one DEAD of a real failure stays DEAD.
+func TestDispatchLicenceDenialsDoNotCountRetries(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	lim := h.must(h.seed.Limit(ctx, "licence", 10))
+	if err := h.seed.LimitDenials(ctx, lim, 42, 43); err != nil {
+		t.Fatal(err)
+	}
+	j := h.job(farmtest.JobSpec{MaxRetries: 1, Layers: []farmtest.LayerSpec{{Frames: 2, NotThreadable: true, Limits: []string{lim}}}})
+	// ends stops every running frame of the job as Cuebot's completion does
+	// (state, exit status, version) and releases its proc.
+	ends := func(state string, exit int) {
+		t.Helper()
+		h.exec(`UPDATE frame SET str_state = $2, int_exit_status = $3, int_version = int_version + 1 WHERE pk_job = $1 AND str_state = 'RUNNING'`, j.ID, state, exit)
+		h.exec(`DELETE FROM proc WHERE pk_job = $1`, j.ID)
+	}
+	// book starts the waiting frames on a fresh host (the fake RQD still
+	// runs the frames the test "stopped" on the previous ones).
+	book := func() {
+		t.Helper()
+		l := h.layers(j)[0]
+		if res := h.d.Dispatch(ctx, l, l.Frames, h.host(farmtest.HostSpec{Cores: 32})); len(res.Dispatched) != len(l.Frames) || len(l.Frames) == 0 {
+			t.Fatalf("dispatch = %+v", res)
+		}
+	}
+	retries := func() int64 {
+		return h.count(`SELECT max(int_retries) FROM frame WHERE pk_job = $1`, j.ID)
+	}
+	book()
+	for i := 0; i < 3; i++ {
+		ends("WAITING", 42+i%2)
+		book()
+		if r := retries(); r != 0 {
+			t.Fatalf("after %d denials int_retries = %d, want 0", i+1, r)
+		}
+	}
+	ends("WAITING", 1)
+	book()
+	if r := retries(); r != 1 {
+		t.Fatalf("after a real failure int_retries = %d, want 1", r)
+	}
+	// Retries spent: Cuebot marks a denial DEAD; the reviver puts it back.
+	ends("DEAD", 42)
+	if n, err := dispatch.ReviveDenied(ctx, h.pool); err != nil || n != 2 {
+		t.Fatalf("ReviveDenied = %d, %v; want 2", n, err)
+	}
+	if n := h.count(`SELECT count(*) FROM frame WHERE pk_job = $1 AND str_state = 'WAITING'`, j.ID); n != 2 {
+		t.Fatalf("%d frames WAITING after the revival, want 2", n)
+	}
+	book()
+	ends("DEAD", 1)
+	if n, err := dispatch.ReviveDenied(ctx, h.pool); err != nil || n != 0 {
+		t.Fatalf("ReviveDenied after a real failure = %d, %v; want 0", n, err)
+	}
+}
+
 func TestDispatchLostRacesAndGuards(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)

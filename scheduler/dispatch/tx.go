@@ -32,10 +32,15 @@ FOR UPDATE`
 //
 // $1 frame ids, $2 proc ids, $3 versions, $4 centicores, $5 memory KB,
 // $6 GPUs, $7 GPU memory KB (one element per frame, in dispatch order);
+// A frame whose last run ended with an exit status one of the layer's limits
+// names as a licence denial (cuesched_limit.int_denial_exit_statuses) is
+// relaunched without counting a retry, like Cuebot's own non-counting
+// statuses (-1, 256, 286, 299, 301, 302, 399).
+//
 // $8 host name, $9 show, $10 limit_record ids (the ones locked), $11 host,
 // $12 layer, $13 job, $14 proc.int_mem_used (KB).
 const ClaimSQL = `
-WITH lids AS (
+WITH ` + jobs.DenialsCTE + `, lids AS (
     SELECT unnest($10::text[]) AS pk_limit_record, true AS locked
     UNION
     SELECT ll.pk_limit_record, false FROM layer_limit ll
@@ -72,6 +77,7 @@ WITH lids AS (
            ts_updated = now(), ts_started = now(), ts_stopped = NULL,
            int_version = COALESCE(f.int_version, 0) + 1,
            int_retries = CASE WHEN f.int_exit_status IN (-1, 256, 286, 299, 301, 302, 399)
+                                   OR f.int_exit_status IN (SELECT unnest(codes) FROM denials)
                               THEN f.int_retries ELSE f.int_retries + 1 END
       FROM req
      WHERE f.pk_frame = req.pk_frame

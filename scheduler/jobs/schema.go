@@ -14,18 +14,22 @@ type Schema struct {
 	// FrameEligible: frame.ts_eligible (Cuebot V41), the start of a frame's
 	// time to book; without it ts_updated is used.
 	FrameEligible bool
+	// LimitSettings: cuesched_limit (rollout 0007), the limits' licence
+	// denial exit statuses; without it no exit status is a denial.
+	LimitSettings bool
 }
 
-// CurrentSchema is a database at Cuebot V47 or later.
-var CurrentSchema = Schema{StartAfter: true, FrameEligible: true}
+// CurrentSchema is a database at Cuebot V47 or later with every rollout
+// step applied.
+var CurrentSchema = Schema{StartAfter: true, FrameEligible: true, LimitSettings: true}
 
 // DetectSchema reads the optional columns from the catalog (the current
 // search_path).
 func DetectSchema(ctx context.Context, db DB) (Schema, error) {
 	rows, err := db.Query(ctx, `SELECT c.relname, a.attname FROM pg_attribute a
 		JOIN pg_class c ON c.oid = a.attrelid
-		WHERE c.oid IN (to_regclass('layer'), to_regclass('frame')) AND a.attnum > 0 AND NOT a.attisdropped
-		  AND a.attname IN ('ts_start_after', 'ts_eligible')`)
+		WHERE c.oid IN (to_regclass('layer'), to_regclass('frame'), to_regclass('cuesched_limit')) AND a.attnum > 0 AND NOT a.attisdropped
+		  AND a.attname IN ('ts_start_after', 'ts_eligible', 'int_denial_exit_statuses')`)
 	if err != nil {
 		return Schema{}, fmt.Errorf("detect schema: %w", err)
 	}
@@ -41,6 +45,8 @@ func DetectSchema(ctx context.Context, db DB) (Schema, error) {
 			s.StartAfter = true
 		case "frame.ts_eligible":
 			s.FrameEligible = true
+		case "cuesched_limit.int_denial_exit_statuses":
+			s.LimitSettings = true
 		}
 	}
 	return s, rows.Err()
@@ -60,8 +66,21 @@ func (s Schema) Adapt(sql string) string {
 	if !s.FrameEligible {
 		sql = strings.ReplaceAll(sql, "COALESCE(fr.ts_eligible, fr.ts_updated, now())", "COALESCE(fr.ts_updated, now())")
 	}
+	if !s.LimitSettings {
+		sql = strings.ReplaceAll(sql, DenialsCTE, "denials AS (SELECT '{}'::integer[] AS codes)")
+	}
 	return sql
 }
+
+// DenialsCTE is the common table expression of a booking statement that
+// reads the licence-denial exit statuses of layer $12's limits
+// (cuesched_limit, rollout 0007) as one array, codes. Adapt replaces it with
+// an empty array on a database without the table.
+const DenialsCTE = `denials AS (
+    SELECT COALESCE(array_agg(DISTINCT c.code), '{}'::integer[]) AS codes
+      FROM layer_limit ll JOIN cuesched_limit cl ON cl.pk_limit_record = ll.pk_limit_record
+     CROSS JOIN LATERAL unnest(cl.int_denial_exit_statuses) AS c(code)
+     WHERE ll.pk_layer = $12)`
 
 // adapt is Adapt for an optional schema (nil means CurrentSchema).
 func (s *Schema) adapt(sql string) string {

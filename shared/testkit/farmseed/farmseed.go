@@ -196,6 +196,15 @@ func (s *Seeder) Limit(ctx context.Context, name string, max int) (string, error
 	return id, wrap("limit "+name, err)
 }
 
+// LimitDenials names the exit statuses limit's licence denials produce
+// (cuesched_limit, rollout 0007).
+func (s *Seeder) LimitDenials(ctx context.Context, limit string, statuses ...int) error {
+	_, err := s.DB.Exec(ctx, `INSERT INTO cuesched_limit (pk_limit_record, int_denial_exit_statuses) VALUES ($1, $2)
+		ON CONFLICT (pk_limit_record) DO UPDATE SET int_denial_exit_statuses = EXCLUDED.int_denial_exit_statuses, ts_updated = now()`,
+		limit, statuses)
+	return wrap("limit denials of "+limit, err)
+}
+
 // HostTag is an extra host tag.
 type HostTag struct {
 	Name string
