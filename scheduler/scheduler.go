@@ -19,6 +19,7 @@ import (
 	"github.com/cuesched/cuesched/scheduler/clusters"
 	"github.com/cuesched/cuesched/scheduler/dispatch"
 	"github.com/cuesched/cuesched/scheduler/explain"
+	"github.com/cuesched/cuesched/scheduler/failfast"
 	"github.com/cuesched/cuesched/scheduler/gpuguard"
 	"github.com/cuesched/cuesched/scheduler/hostcache"
 	"github.com/cuesched/cuesched/scheduler/hostcache/matcherhosts"
@@ -341,6 +342,19 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 			rv.Leader = s.Accounting.IsLeader
 		}
 		s.loops = append(s.loops, rv.Run)
+	}
+
+	if schema.LayerBackoff && q.FailFastBackoffMin.D() > 0 {
+		// Layers whose frames keep failing fast are held out of the
+		// lottery and the passes (package failfast); the leader judges.
+		ff := failfast.Loop{Pool: s.pool, Log: log.Named("failfast"), Config: failfast.Config{
+			Interval: q.FailFastInterval.D(), Failures: q.FailFastFailures, RunTime: q.FailFastRunTime.D(),
+			BackoffMin: q.FailFastBackoffMin.D(), BackoffMax: q.FailFastBackoffMax.D(),
+		}}
+		if s.Accounting != nil {
+			ff.Leader = s.Accounting.IsLeader
+		}
+		s.loops = append(s.loops, ff.Run)
 	}
 
 	if iv := q.WaitingStatsInterval.D(); iv > 0 {

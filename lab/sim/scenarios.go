@@ -39,6 +39,8 @@ func Scenarios() []Scenario {
 		{Name: "LIMIT", Description: "a limit_record of 6 shared by two jobs' layers: running frames reach 6 and never book past it.", Fast: true, Run: runLimit},
 		{Name: "LICENSE_DENIED", Description: "a limit whose licence server denies half the launches (exit 42), on a job of int_max_retries 1: with 42 named as the limit's denial status, denied frames run again without spending a retry and none ends DEAD; beside the same run without it.",
 			Fast: true, Variants: []Variant{noDenials}, Run: runLicenseDenied},
+		{Name: "POISON", Description: "one job of 5,000 frames that exit 1 within a second arrives beside healthy jobs on a saturated farm: the fail-fast backoff holds it back, so healthy completions stay >= 0.8x their rate before it came, and >= 200 of its frames still start (it keeps being tried); beside the same run without the backoff.",
+			Variants: []Variant{noFailFast}, Run: runPoison},
 		{Name: "CAPDROP", Description: "a job cap and a subscription burst lowered below live use mid-run, then restored: no wedge, no negative counter, no drift.", Run: runCapDrop},
 		{Name: "DEPENDS", Description: "three jobs of three layers chained layer-on-layer: no frame starts before its dependency is satisfied; every gated frame runs once it is.", Fast: true, Run: runDepends},
 		{Name: "RETRIES", Description: "frames that fail (retried until int_max_retries, then DEAD) and frames killed for memory (retried with the layer's memory raised, as Cuebot does) beside healthy work: every OOM frame succeeds on more memory, every failing frame ends DEAD after its retries, the rest runs.", Fast: true, Run: runRetries},
@@ -55,6 +57,73 @@ func Scenarios() []Scenario {
 		{Name: "MIGRATE", Description: "legacy-dispatched and managed shows on one farm, flipped each way mid-run: no host over-booked, nothing launched twice, no orphan proc older than 30 s.",
 			Run: runMigrate},
 	}
+}
+
+// noFailFast is POISON without the fail-fast backoff.
+var noFailFast = Variant{Name: "no fail-fast backoff", Config: func(c *config.Config) { c.Queue.FailFastBackoffMin = 0 }}
+
+func runPoison(ctx context.Context, w *World) error {
+	f, err := w.basicFarm(ctx, w.Opts.scale(10), 8)
+	if err != nil {
+		return err
+	}
+	w.RunTimes(time.Second, 2*time.Second)
+	var healthy []string
+	for i := 0; i < 2; i++ {
+		j, err := w.job(ctx, f.show, fmt.Sprintf("healthy%d", i), 50, oneCore("render", w.Opts.scale(4000)))
+		if err != nil {
+			return err
+		}
+		healthy = append(healthy, j.ID)
+	}
+	if err := w.Start(ctx, 0); err != nil {
+		return err
+	}
+	done := func() int64 {
+		return w.Int(ctx, `SELECT count(*) FROM frame WHERE pk_job = ANY($1) AND str_state = 'SUCCEEDED'`, healthy)
+	}
+	if err := w.settle(ctx, 0.9); err != nil {
+		return err
+	}
+	// Before: the healthy jobs' completion rate on the full farm.
+	const before, after = 15 * time.Second, 60 * time.Second
+	d0, t0 := done(), time.Now()
+	if err := Sleep(ctx, before); err != nil {
+		return err
+	}
+	d1, t1 := done(), time.Now()
+	rate0 := float64(d1-d0) / t1.Sub(t0).Seconds()
+	// The poison: 5,000 frames that exit 1 after a second, at the healthy
+	// jobs' priority.
+	p, err := w.job(ctx, f.show, "poison", 50, oneCore("poison", w.Opts.scale(5000)))
+	if err != nil {
+		return err
+	}
+	w.LayerRunTime(p.Layers[0].ID, time.Second)
+	w.LayerOutcome(p.Layers[0].ID, func(int64) (int32, int64) { return 1, gb / 4 })
+	if err := Sleep(ctx, after); err != nil {
+		return err
+	}
+	d2, t2 := done(), time.Now()
+	rate1 := float64(d2-d1) / t2.Sub(t1).Seconds()
+	frames := w.Int(ctx, `SELECT count(*) FROM frame WHERE pk_job = $1 AND ts_started IS NOT NULL`, p.ID)
+	starts := 0
+	for _, l := range w.Fake.Launches() {
+		if l.Started && l.RunFrame.GetJobId() == p.ID {
+			starts++
+		}
+	}
+	holds := w.Int(ctx, `SELECT COALESCE(max(int_level), 0)::bigint FROM cuesched_layer_backoff WHERE pk_layer = $1`, p.Layers[0].ID)
+	ratio := 0.0
+	if rate0 > 0 {
+		ratio = rate1 / rate0
+	}
+	w.Metric("healthy completions with the poison ÷ before it", ratio, AtLeast, 0.8, "x")
+	w.Metric("poison frame starts (launches; it keeps being tried)", float64(starts), AtLeast, 200, "")
+	w.Metric("healthy completions/s before the poison", rate0, AtLeast, 0, "/s")
+	w.Metric("healthy completions/s with the poison", rate1, AtLeast, 0, "/s")
+	w.Note("distinct poison frames started %d (a failed frame is retried first, until DEAD); its backoff level at the end %d", frames, holds)
+	return nil
 }
 
 // noDenials is LICENSE_DENIED without the limit's denial exit status.

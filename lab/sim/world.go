@@ -288,6 +288,11 @@ func (w *World) config() config.Config {
 	cfg.Queue.ActiveScanInterval = config.Duration(300 * time.Millisecond)
 	cfg.Queue.LayerBackoffMin = config.Duration(100 * time.Millisecond)
 	cfg.Queue.LayerBackoffMax = config.Duration(time.Second)
+	// The fail-fast backoff on the sim's time scale (runs of a second).
+	cfg.Queue.FailFastInterval = config.Duration(500 * time.Millisecond)
+	cfg.Queue.FailFastRunTime = config.Duration(5 * time.Second)
+	cfg.Queue.FailFastBackoffMin = config.Duration(time.Second)
+	cfg.Queue.FailFastBackoffMax = config.Duration(4 * time.Second)
 	cfg.Queue.ClusterReloadInterval = config.Duration(2 * time.Second)
 	cfg.Queue.LotterySeed = w.Opts.Seed
 	cfg.Queue.WaitingStatsInterval = 0

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -26,6 +28,10 @@ const (
 	Held Reason = "held"
 	// Depend: the frame waits on a dependency (state DEPEND).
 	Depend Reason = "depend"
+	// FailingFast: the layer's frames keep failing fast, and the fail-fast
+	// backoff (package failfast) holds it out of the lottery and the passes
+	// until a time it is tried again.
+	FailingFast Reason = "failing fast"
 	// NoHost: no up, open host of the job's facility is on an allocation
 	// the show subscribes to and carries one of the layer's tags.
 	NoHost Reason = "no host"
@@ -53,7 +59,7 @@ const (
 
 // Reasons lists every reason, in check order.
 func Reasons() []Reason {
-	return []Reason{Held, Depend, NoHost, NoFit, Burst, FolderCap, JobCap, Limit, Strand, Capacity, Flowing}
+	return []Reason{Held, Depend, FailingFast, NoHost, NoFit, Burst, FolderCap, JobCap, Limit, Strand, Capacity, Flowing}
 }
 
 // Facts are what the classification reads about one layer.
@@ -76,6 +82,13 @@ type Facts struct {
 	BurstFull           bool
 	FolderFull, JobFull bool
 	LimitFull           string // the name of a limit at its max, or ""
+	// HeldUntil is when the fail-fast backoff tries the layer again (zero:
+	// not held); HeldLevel is its holds in a row, HeldFails and HeldAvgRun
+	// the failed runs behind the last hold and their average run time.
+	HeldUntil  time.Time
+	HeldLevel  int
+	HeldFails  int64
+	HeldAvgRun time.Duration
 }
 
 // Classify returns the reason of the layer's WAITING frames and a line of
@@ -84,6 +97,9 @@ func Classify(f Facts) (Reason, string) {
 	switch {
 	case f.Paused:
 		return Held, "the job is paused"
+	case !f.HeldUntil.IsZero():
+		return FailingFast, fmt.Sprintf("its frames keep failing fast (%d failed runs averaging %s, hold %d in a row): held out of the lottery and the passes; tried again at %s",
+			f.HeldFails, f.HeldAvgRun.Round(100*time.Millisecond), f.HeldLevel, f.HeldUntil.UTC().Format(time.RFC3339))
 	case f.Hosts == 0:
 		return NoHost, "no up, open host of the facility is on a subscribed allocation with one of the layer's tags"
 	case f.FitTotal == 0:
@@ -180,10 +196,12 @@ SELECT lay.show, lay.job, lay.layer, lay.os, lay.b_paused, lay.waiting, lay.depe
             + GREATEST(lay.cores_min, 100) > jr.int_max_cores) AS job_full,
        COALESCE((SELECT lr.str_name FROM layer_limit ll JOIN limit_record lr ON lr.pk_limit_record = ll.pk_limit_record
                  WHERE ll.pk_layer = lay.pk_layer AND lr.int_max_value IS NOT NULL AND lr.int_max_value >= 0
-                   AND (SELECT count(*) FROM proc p JOIN layer_limit ll2 ON ll2.pk_layer = p.pk_layer
+                   AND (SELECT COALESCE(SUM(ls2.int_running_count), 0) FROM layer_limit ll2 JOIN layer_stat ls2 ON ls2.pk_layer = ll2.pk_layer
                         WHERE ll2.pk_limit_record = lr.pk_limit_record) >= lr.int_max_value
-                 ORDER BY lr.str_name LIMIT 1), '') AS limit_full
+                 ORDER BY lr.str_name LIMIT 1), '') AS limit_full,
+       lb.ts_until, COALESCE(lb.int_level, 0), COALESCE(lb.int_fails, 0), COALESCE(lb.int_avg_run_ms, 0)
 FROM lay
+` + heldJoin + `
 JOIN job_resource jr    ON jr.pk_job = lay.pk_job
 JOIN folder_resource fr ON fr.pk_folder = lay.pk_folder
 CROSS JOIN LATERAL (
@@ -220,6 +238,15 @@ CROSS JOIN LATERAL (
 ) hc
 ORDER BY lay.show, lay.job, lay.layer`
 
+// heldJoin reads the layer's fail-fast hold (cuesched_layer_backoff,
+// rollout 0008); noHeldJoin stands in for it on a database without it.
+const (
+	heldJoin = `LEFT JOIN LATERAL (SELECT b.ts_until, b.int_level, b.int_fails, b.int_avg_run_ms FROM cuesched_layer_backoff b
+                   WHERE b.pk_layer = lay.pk_layer AND b.ts_until > now()) lb ON true`
+	noHeldJoin = `LEFT JOIN LATERAL (SELECT NULL::timestamptz AS ts_until, 0 AS int_level, 0::bigint AS int_fails, 0::bigint AS int_avg_run_ms
+                   WHERE false) lb ON true`
+)
+
 // LayerReport is one layer's answer.
 type LayerReport struct {
 	Facts
@@ -232,7 +259,23 @@ type LayerReport struct {
 // gpuProtection says whether GPU protection (queue.gpu_protection) holds
 // idle GPUs' room from CPU work, as the scheduler does.
 func Layers(ctx context.Context, db DB, job, layer string, gpuProtection bool) ([]LayerReport, error) {
-	rows, err := db.Query(ctx, layerFactsSQL, job, layer, gpuProtection)
+	q := layerFactsSQL
+	var hasHolds bool
+	hr, err := db.Query(ctx, `SELECT to_regclass('cuesched_layer_backoff') IS NOT NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("explain: %w", err)
+	}
+	for hr.Next() {
+		if err := hr.Scan(&hasHolds); err != nil {
+			hr.Close()
+			return nil, fmt.Errorf("explain: %w", err)
+		}
+	}
+	hr.Close()
+	if !hasHolds {
+		q = strings.Replace(q, heldJoin, noHeldJoin, 1)
+	}
+	rows, err := db.Query(ctx, q, job, layer, gpuProtection)
 	if err != nil {
 		return nil, fmt.Errorf("explain: %w", err)
 	}
@@ -240,11 +283,17 @@ func Layers(ctx context.Context, db DB, job, layer string, gpuProtection bool) (
 	var out []LayerReport
 	for rows.Next() {
 		var f Facts
+		var until *time.Time
+		var avgMs int64
 		if err := rows.Scan(&f.Show, &f.Job, &f.Layer, &f.OS, &f.Paused, &f.Waiting, &f.Depend, &f.Running,
 			&f.CoresMin, &f.MemMinKB, &f.GPUsMin, &f.Hosts, &f.FitTotal, &f.FitIdle, &f.FitIdleUnguarded, &f.BestIdle, &f.BestTotal,
-			&f.BurstFull, &f.FolderFull, &f.JobFull, &f.LimitFull); err != nil {
+			&f.BurstFull, &f.FolderFull, &f.JobFull, &f.LimitFull, &until, &f.HeldLevel, &f.HeldFails, &avgMs); err != nil {
 			return nil, fmt.Errorf("explain: %w", err)
 		}
+		if until != nil {
+			f.HeldUntil = *until
+		}
+		f.HeldAvgRun = time.Duration(avgMs) * time.Millisecond
 		r, d := Classify(f)
 		out = append(out, LayerReport{Facts: f, Reason: r, Detail: d})
 	}

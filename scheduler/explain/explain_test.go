@@ -2,7 +2,9 @@ package explain_test
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -100,6 +102,15 @@ func TestEveryReason(t *testing.T) {
 	run(gpu, gj.Layers[0].Frames[0], 1, 1)
 	one(farmseed.JobSpec{Name: "flowing"}, farmseed.LayerSpec{})
 	one(farmseed.JobSpec{Name: "unmanaged", Show: legacy}, farmseed.LayerSpec{})
+	// Held by the fail-fast backoff until a known time; a hold that ended
+	// holds nothing.
+	until := time.Now().Add(90 * time.Second).UTC().Truncate(time.Second)
+	poison := one(farmseed.JobSpec{Name: "failing"}, farmseed.LayerSpec{})
+	ended := one(farmseed.JobSpec{Name: "failed-once"}, farmseed.LayerSpec{})
+	if _, err := pool.Exec(ctx, `INSERT INTO cuesched_layer_backoff (pk_layer, int_level, ts_until, int_fails, int_avg_run_ms)
+		VALUES ($1, 3, $2, 7, 1200), ($3, 1, now() - interval '1 second', 5, 900)`, poison.Layers[0].ID, until, ended.Layers[0].ID); err != nil {
+		t.Fatal(err)
+	}
 
 	ls, err := explain.Layers(ctx, pool, "", "", true)
 	if err != nil {
@@ -114,6 +125,7 @@ func TestEveryReason(t *testing.T) {
 		"held": explain.Held, "depend": explain.Flowing, "nohost": explain.NoHost, "nofit": explain.NoFit,
 		"nofit-os": explain.NoFit, "burst": explain.Burst, "foldercap": explain.FolderCap, "jobcap": explain.JobCap,
 		"limit": explain.Limit, "capacity": explain.Capacity, "flowing": explain.Flowing,
+		"failing": explain.FailingFast, "failed-once": explain.Flowing,
 	}
 	for j, r := range want {
 		if got[j].Reason != r {
@@ -128,6 +140,11 @@ func TestEveryReason(t *testing.T) {
 	}
 	if l := got["capacity"]; l.BestTotal != "gpu1" || l.FitIdle != 0 {
 		t.Errorf("capacity layer: best when idle %q, fitting now %d; want gpu1, 0", l.BestTotal, l.FitIdle)
+	}
+
+	if l := got["failing"]; !l.HeldUntil.Equal(until) || !strings.Contains(l.Detail, until.Format(time.RFC3339)) ||
+		!strings.Contains(l.Detail, "7 failed runs averaging 1.2s") {
+		t.Errorf("failing layer: held until %v, detail %q; want %v named", l.HeldUntil, l.Detail, until)
 	}
 
 	// One job, one layer.
@@ -146,7 +163,7 @@ func TestEveryReason(t *testing.T) {
 	}
 	wantCounts := map[string]int{
 		"alpha/held": 2, "alpha/depend": 1, "alpha/no host": 2, "alpha/no fit": 4, "alpha/folder cap": 1,
-		"alpha/job cap": 1, "alpha/limit": 2, "alpha/capacity": 1, "alpha/flowing": 3, "beta/burst": 1,
+		"alpha/job cap": 1, "alpha/limit": 2, "alpha/capacity": 1, "alpha/flowing": 5, "beta/burst": 1, "alpha/failing fast": 2,
 	}
 	for k, n := range wantCounts {
 		if byKey[k] != n {
@@ -160,10 +177,12 @@ func TestEveryReason(t *testing.T) {
 
 func TestClassifyOrder(t *testing.T) {
 	// Every gate closed: the first in check order wins.
-	f := explain.Facts{Paused: true, Hosts: 0, BurstFull: true, FolderFull: true, JobFull: true, LimitFull: "x"}
+	f := explain.Facts{Paused: true, Hosts: 0, BurstFull: true, FolderFull: true, JobFull: true, LimitFull: "x",
+		HeldUntil: time.Now().Add(time.Minute), HeldLevel: 2, HeldFails: 5, HeldAvgRun: time.Second}
 	order := explain.Reasons()
 	steps := []func(*explain.Facts){
 		func(f *explain.Facts) { f.Paused = false },
+		func(f *explain.Facts) { f.HeldUntil = time.Time{} },
 		func(f *explain.Facts) { f.Hosts = 1 },
 		func(f *explain.Facts) { f.FitTotal = 1 },
 		func(f *explain.Facts) { f.BurstFull = false },
@@ -172,7 +191,7 @@ func TestClassifyOrder(t *testing.T) {
 		func(f *explain.Facts) { f.LimitFull = "" },
 		func(f *explain.Facts) { f.FitIdle = 1 },
 	}
-	want := []explain.Reason{explain.Held, explain.NoHost, explain.NoFit, explain.Burst, explain.FolderCap,
+	want := []explain.Reason{explain.Held, explain.FailingFast, explain.NoHost, explain.NoFit, explain.Burst, explain.FolderCap,
 		explain.JobCap, explain.Limit, explain.Capacity, explain.Flowing}
 	for i := 0; ; i++ {
 		if r, _ := explain.Classify(f); r != want[i] {
@@ -183,7 +202,7 @@ func TestClassifyOrder(t *testing.T) {
 		}
 		steps[i](&f)
 	}
-	if len(order) != 11 {
+	if len(order) != 12 {
 		t.Errorf("Reasons() = %v", order)
 	}
 }

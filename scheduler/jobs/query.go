@@ -95,6 +95,7 @@ WHERE j.pk_show = $1 AND j.pk_facility = $2
       WHERE l.pk_job = j.pk_job AND ls.int_waiting_count > 0
         AND string_to_array(replace(l.str_tags::text, ' ', ''), '|') && $3::text[]
         AND (l.ts_start_after IS NULL OR l.ts_start_after <= now())
+        ` + NotHeldSQL + `
         AND (fr.int_max_cores = -1 OR COALESCE(fl.cores, 0) + GREATEST(l.int_cores_min, 0) < fr.int_max_cores)
         AND COALESCE(jl.cores, 0) + GREATEST(l.int_cores_min, 0) <= jr.int_max_cores
         AND (l.int_gpus_min <= 0 OR fr.int_max_gpus = -1 OR COALESCE(fl.gpus, 0) + l.int_gpus_min <= fr.int_max_gpus)
@@ -219,6 +220,7 @@ WITH jl AS (
       AND string_to_array(replace(l.str_tags::text, ' ', ''), '|') && $2::text[]
       AND (l.ts_start_after IS NULL OR l.ts_start_after <= now())
       AND l.pk_layer <> ALL($4::text[])
+      ` + NotHeldSQL + `
 )
 SELECT lay.pk_layer, lay.str_name, lay.str_cmd, lay.str_range, lay.int_chunk_size, lay.int_dispatch_order,
        lay.int_cores_min, lay.int_cores_max, lay.int_mem_min, lay.int_gpus_min, lay.int_gpu_mem_min,

@@ -17,19 +17,23 @@ type Schema struct {
 	// LimitSettings: cuesched_limit (rollout 0007), the limits' licence
 	// denial exit statuses; without it no exit status is a denial.
 	LimitSettings bool
+	// LayerBackoff: cuesched_layer_backoff (rollout 0008), the fail-fast
+	// holds of layers (package failfast); without it nothing is held.
+	LayerBackoff bool
 }
 
 // CurrentSchema is a database at Cuebot V47 or later with every rollout
 // step applied.
-var CurrentSchema = Schema{StartAfter: true, FrameEligible: true, LimitSettings: true}
+var CurrentSchema = Schema{StartAfter: true, FrameEligible: true, LimitSettings: true, LayerBackoff: true}
 
 // DetectSchema reads the optional columns from the catalog (the current
 // search_path).
 func DetectSchema(ctx context.Context, db DB) (Schema, error) {
 	rows, err := db.Query(ctx, `SELECT c.relname, a.attname FROM pg_attribute a
 		JOIN pg_class c ON c.oid = a.attrelid
-		WHERE c.oid IN (to_regclass('layer'), to_regclass('frame'), to_regclass('cuesched_limit')) AND a.attnum > 0 AND NOT a.attisdropped
-		  AND a.attname IN ('ts_start_after', 'ts_eligible', 'int_denial_exit_statuses')`)
+		WHERE c.oid IN (to_regclass('layer'), to_regclass('frame'), to_regclass('cuesched_limit'), to_regclass('cuesched_layer_backoff'))
+		  AND a.attnum > 0 AND NOT a.attisdropped
+		  AND a.attname IN ('ts_start_after', 'ts_eligible', 'int_denial_exit_statuses', 'ts_until')`)
 	if err != nil {
 		return Schema{}, fmt.Errorf("detect schema: %w", err)
 	}
@@ -47,6 +51,8 @@ func DetectSchema(ctx context.Context, db DB) (Schema, error) {
 			s.FrameEligible = true
 		case "cuesched_limit.int_denial_exit_statuses":
 			s.LimitSettings = true
+		case "cuesched_layer_backoff.ts_until":
+			s.LayerBackoff = true
 		}
 	}
 	return s, rows.Err()
@@ -66,11 +72,20 @@ func (s Schema) Adapt(sql string) string {
 	if !s.FrameEligible {
 		sql = strings.ReplaceAll(sql, "COALESCE(fr.ts_eligible, fr.ts_updated, now())", "COALESCE(fr.ts_updated, now())")
 	}
+	if !s.LayerBackoff {
+		sql = strings.ReplaceAll(sql, NotHeldSQL, "")
+	}
 	if !s.LimitSettings {
 		sql = strings.ReplaceAll(sql, DenialsCTE, "denials AS (SELECT '{}'::integer[] AS codes)")
 	}
 	return sql
 }
+
+// NotHeldSQL is the condition of the job and layer queries that skips a
+// layer (alias l) held by the fail-fast backoff (package failfast,
+// cuesched_layer_backoff, rollout 0008). Adapt drops it on a database
+// without the table.
+const NotHeldSQL = `AND NOT EXISTS (SELECT 1 FROM cuesched_layer_backoff lb WHERE lb.pk_layer = l.pk_layer AND lb.ts_until > now())`
 
 // DenialsCTE is the common table expression of a booking statement that
 // reads the licence-denial exit statuses of layer $12's limits

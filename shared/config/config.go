@@ -200,6 +200,18 @@ type Queue struct {
 	// found no host (doubling between the two).
 	LayerBackoffMin Duration `yaml:"layer_backoff_min"`
 	LayerBackoffMax Duration `yaml:"layer_backoff_max"`
+	// FailFast backs off a layer whose frames keep failing fast: the loop
+	// leader checks every pending layer of the managed shows each
+	// FailFastInterval, and a layer with at least FailFastFailures failed
+	// runs since it last succeeded (or was last judged), averaging at most
+	// FailFastRunTime each, is held out of the lottery and of every pass
+	// for FailFastBackoffMin, doubling up to FailFastBackoffMax while it
+	// goes on; a success ends it. FailFastBackoffMin 0 disables it.
+	FailFastInterval   Duration `yaml:"fail_fast_interval"`
+	FailFastFailures   int      `yaml:"fail_fast_failures"`
+	FailFastRunTime    Duration `yaml:"fail_fast_run_time"`
+	FailFastBackoffMin Duration `yaml:"fail_fast_backoff_min"`
+	FailFastBackoffMax Duration `yaml:"fail_fast_backoff_max"`
 	// HostQuarantine keeps a host whose RQD refused a launch or could not
 	// be reached out of this instance's checkouts for this long.
 	HostQuarantine Duration `yaml:"host_quarantine"`
@@ -362,6 +374,11 @@ func Default() Config {
 			WaitingStatsInterval:          Duration(30 * time.Second),
 			LayerBackoffMin:               Duration(time.Second),
 			LayerBackoffMax:               Duration(30 * time.Second),
+			FailFastInterval:              Duration(2 * time.Second),
+			FailFastFailures:              5,
+			FailFastRunTime:               Duration(10 * time.Second),
+			FailFastBackoffMin:            Duration(30 * time.Second),
+			FailFastBackoffMax:            Duration(30 * time.Minute),
 			HostQuarantine:                Duration(30 * time.Second),
 			Reservations: Reservations{
 				Enabled:         true,
