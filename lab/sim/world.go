@@ -521,6 +521,7 @@ func (w *World) checkInvariants(ctx context.Context) {
 	for _, v := range m.examples {
 		w.Note("violation: %s", v)
 	}
+	w.Metric("PostgreSQL deadlocks (pg_stat_database)", float64(w.deadlocks(ctx)), Equal, 0, "")
 	// Every committed proc DELETE released, then Redis against SUM(proc).
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 90*time.Second)
 	defer cancel()
@@ -539,6 +540,41 @@ func (w *World) checkInvariants(ctx context.Context) {
 		}
 	}
 	w.Metric("accounting drift (Redis vs SUM(proc))", drift, Equal, 0, "")
+}
+
+// deadlocks is pg_stat_database.deadlocks of the scenario's database (its
+// own, so other scenarios' do not count), or -1 if it cannot be read. A
+// backend reports its statistics when idle or when it exits, so the
+// schedulers' connections are closed and the world's pool is emptied
+// first, and the count is read once those backends have gone (at most
+// 30 s; whatever has been reported by then is read).
+func (w *World) deadlocks(ctx context.Context) int64 {
+	for _, in := range w.scheds {
+		if !in.dead {
+			in.pool.Close()
+		}
+	}
+	w.Pool.Reset()
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	for {
+		var others int
+		err := w.Pool.QueryRow(qctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+			  AND application_name NOT LIKE 'cuesched-sidecar%'`).Scan(&others)
+		if err != nil || others == 0 {
+			break
+		}
+		if Sleep(qctx, 100*time.Millisecond) != nil {
+			break
+		}
+	}
+	var n int64 = -1
+	if err := w.Pool.QueryRow(qctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&n); err != nil {
+		w.Note("deadlock count unreadable: %v", err)
+		return -1
+	}
+	return n
 }
 
 func (w *World) sidecarCaughtUp(ctx context.Context) error {
