@@ -150,8 +150,8 @@ func runLicenseDenied(ctx context.Context, w *World) error {
 	const frames = 40
 	l := oneCore("comp", frames)
 	l.Limits = []string{lim}
-	j, err := w.Seed.Job(ctx, farmtest.JobSpec{Name: "licensed", Show: f.show, Facility: w.Facility, Priority: 50,
-		MaxCores: farmtest.Uncapped, MaxRetries: 1, Layers: []farmtest.LayerSpec{l}})
+	j, err := w.Seed.Job(ctx, farmseed.JobSpec{Name: "licensed", Show: f.show, Facility: w.Facility, Priority: 50,
+		MaxCores: farmseed.Uncapped, MaxRetries: 1, Layers: []farmseed.LayerSpec{l}})
 	if err != nil {
 		return err
 	}

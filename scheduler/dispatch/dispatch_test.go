@@ -348,8 +348,8 @@ func TestDispatchLimitRecord(t *testing.T) {
 func TestDispatchLimitAttachedAfterTheRead(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	host := h.host(farmtest.HostSpec{Cores: 32})
-	j := h.job(farmtest.JobSpec{Layers: []farmtest.LayerSpec{{Frames: 6, NotThreadable: true}}})
+	host := h.host(farmseed.HostSpec{Cores: 32})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 6, NotThreadable: true}}})
 	l := h.layers(j)[0]
 	if len(l.LimitIDs) != 0 {
 		t.Fatalf("layer read with limits %v", l.LimitIDs)
@@ -381,7 +381,7 @@ func TestDispatchLicenceDenialsDoNotCountRetries(t *testing.T) {
 	if err := h.seed.LimitDenials(ctx, lim, 42, 43); err != nil {
 		t.Fatal(err)
 	}
-	j := h.job(farmtest.JobSpec{MaxRetries: 1, Layers: []farmtest.LayerSpec{{Frames: 2, NotThreadable: true, Limits: []string{lim}}}})
+	j := h.job(farmseed.JobSpec{MaxRetries: 1, Layers: []farmseed.LayerSpec{{Frames: 2, NotThreadable: true, Limits: []string{lim}}}})
 	// ends stops every running frame of the job as Cuebot's completion does
 	// (state, exit status, version) and releases its proc.
 	ends := func(state string, exit int) {
@@ -394,7 +394,7 @@ func TestDispatchLicenceDenialsDoNotCountRetries(t *testing.T) {
 	book := func() {
 		t.Helper()
 		l := h.layers(j)[0]
-		if res := h.d.Dispatch(ctx, l, l.Frames, h.host(farmtest.HostSpec{Cores: 32})); len(res.Dispatched) != len(l.Frames) || len(l.Frames) == 0 {
+		if res := h.d.Dispatch(ctx, l, l.Frames, h.host(farmseed.HostSpec{Cores: 32})); len(res.Dispatched) != len(l.Frames) || len(l.Frames) == 0 {
 			t.Fatalf("dispatch = %+v", res)
 		}
 	}

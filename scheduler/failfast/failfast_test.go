@@ -7,11 +7,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cuesched/cuesched/migrations/migrationstest"
 	"github.com/cuesched/cuesched/scheduler/failfast"
-	"github.com/cuesched/cuesched/scheduler/farmtest"
 	"github.com/cuesched/cuesched/scheduler/jobs"
-	"github.com/cuesched/cuesched/shared/testenv"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -24,12 +24,12 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 func TestJudge(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, migrationstest.Database(t))
+	pool, err := pgxpool.New(ctx, cuebotdb.Database(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	s := &farmtest.Seeder{DB: pool}
+	s := &farmseed.Seeder{DB: pool}
 	fac, err := s.Facility(ctx, "f1")
 	if err != nil {
 		t.Fatal(err)
@@ -45,8 +45,8 @@ func TestJudge(t *testing.T) {
 	if _, err := s.Subscribe(ctx, show, alloc, 100, 100); err != nil {
 		t.Fatal(err)
 	}
-	poison, err := s.Job(ctx, farmtest.JobSpec{Name: "poison", Show: show, Facility: fac, Priority: 50, MaxCores: farmtest.Uncapped,
-		Layers: []farmtest.LayerSpec{{Name: "bad", Tags: []string{"general"}, Frames: 10}}})
+	poison, err := s.Job(ctx, farmseed.JobSpec{Name: "poison", Show: show, Facility: fac, Priority: 50, MaxCores: farmseed.Uncapped,
+		Layers: []farmseed.LayerSpec{{Name: "bad", Tags: []string{"general"}, Frames: 10}}})
 	if err != nil {
 		t.Fatal(err)
 	}
