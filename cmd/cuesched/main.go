@@ -30,6 +30,7 @@ func commands() map[string]cli.Command {
 		"migrate":    migrateGroup().Command("plan, apply or check the rollout migrations"),
 		"show":       showGroup().Command("list shows and flip b_scheduler_managed"),
 		"accounting": accountingGroup().Command("audit Redis accounting against Postgres"),
+		"limit":      limitGroup().Command("list limits and set cuesched's limit settings (licence denial exit statuses)"),
 		"status":     {Summary: "instances, loop leader, slot lag, managed shows, drift", Run: runStatus},
 		"explain":    {Summary: "why a job's frames are waiting: the gate per layer, the best host", Run: runExplain},
 		"config":     {Summary: "print the annotated example configuration", Run: runConfig},

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cuesched/cuesched/shared/cli"
+)
+
+// limitGroup is "cuesched limit".
+func limitGroup() cli.Group {
+	return cli.Group{Name: "cuesched limit", Subs: []cli.Subcommand{
+		{Name: "list", Run: runLimitList, Summary: "every limit: its max, the frames running under it, and cuesched's settings (denial exit statuses)"},
+		{Name: "set-denials", Args: "<limit> <status>[,<status>…]|none", Run: runLimitSetDenials,
+			Summary: "name the exit statuses the limit's licence denials produce: a frame that ended with one is relaunched without spending a retry"},
+	}}
+}
+
+const limitListUsage = `usage: cuesched limit list [--config FILE] [--database-url URL]
+
+Lists every limit (Cuebot's limit_record): its max running frames, the
+frames running under it now (the RUNNING frames of its layers, as Cuebot
+and the scheduler count them) and the exit statuses cuesched treats as its
+licence denials (cuesched_limit, rollout 0007). Postgres only.
+`
+
+const limitSetDenialsUsage = `usage: cuesched limit set-denials <limit> <status>[,<status>…]|none
+                             [--config FILE] [--database-url URL]
+
+Names the exit statuses a licence denial of the limit produces (the render
+command's exit status when the licence server refuses a seat), in
+cuesched's own table (cuesched_limit, rollout 0007; Cuebot's tables are not
+changed). A frame of a scheduler-managed show whose last run ended with one
+of them is relaunched by the scheduler without spending a retry, and one
+Cuebot marked DEAD for it (its retries were already spent) goes back to
+WAITING. "none" clears the list. Cuebot's own dispatcher (shows it still
+dispatches) does not read it.
+
+exit status: 0 set; 1 unknown limit, rollout step missing, or error; 2 bad
+usage.
+`
+
+func runLimitList(ctx context.Context, c *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(c, "cuesched limit list", limitListUsage)
+	name := fs.Name()
+	cf := cli.AddConnFlags(fs, false)
+	if code, done := fs.ParseArgs(args); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return fs.Fail("unexpected argument %q", fs.Arg(0))
+	}
+	v, code := cf.Resolve(c, name, false)
+	if code != 0 {
+		return code
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cn, code := cli.OpenConns(ctx, c, name, v, 1)
+	if code != 0 {
+		return code
+	}
+	defer cn.Close()
+	var has bool
+	if err := cn.Pool.QueryRow(ctx, `SELECT to_regclass('cuesched_limit') IS NOT NULL`).Scan(&has); err != nil {
+		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	denials := `'{}'::integer[]`
+	if has {
+		denials = `COALESCE((SELECT cl.int_denial_exit_statuses FROM cuesched_limit cl WHERE cl.pk_limit_record = lr.pk_limit_record), '{}')`
+	}
+	rows, err := cn.Pool.Query(ctx, `SELECT lr.str_name, COALESCE(lr.int_max_value, 0),
+		(SELECT COALESCE(SUM(ls.int_running_count), 0) FROM layer_limit ll JOIN layer_stat ls ON ls.pk_layer = ll.pk_layer
+		  WHERE ll.pk_limit_record = lr.pk_limit_record)::bigint, `+denials+`
+		FROM limit_record lr ORDER BY lr.str_name`)
+	if err != nil {
+		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	defer rows.Close()
+	fmt.Fprintf(c.Stdout, "%-24s %6s %8s  %s\n", "LIMIT", "MAX", "RUNNING", "DENIAL EXIT STATUSES")
+	for rows.Next() {
+		var n string
+		var maxv, running int64
+		var codes []int32
+		if err := rows.Scan(&n, &maxv, &running, &codes); err != nil {
+			fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
+			return 1
+		}
+		fmt.Fprintf(c.Stdout, "%-24s %6d %8d  %s\n", n, maxv, running, statusList(codes))
+	}
+	if err := rows.Err(); err != nil {
+		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	if !has {
+		fmt.Fprintf(c.Stdout, "(rollout step 0007_limit_settings is not applied: run cuesched migrate up)\n")
+	}
+	return 0
+}
+
+func statusList(codes []int32) string {
+	if len(codes) == 0 {
+		return "-"
+	}
+	s := make([]string, len(codes))
+	for i, v := range codes {
+		s[i] = strconv.Itoa(int(v))
+	}
+	return strings.Join(s, ",")
+}
+
+// parseStatuses reads "1,42" or "none" into sorted distinct exit statuses.
+func parseStatuses(arg string) ([]int32, error) {
+	if arg == "none" {
+		return []int32{}, nil
+	}
+	seen := map[int32]bool{}
+	var out []int32
+	for _, f := range strings.Split(arg, ",") {
+		f = strings.TrimSpace(f)
+		v, err := strconv.ParseInt(f, 10, 32)
+		if err != nil || f == "" {
+			return nil, fmt.Errorf("exit status %q is not an integer (want e.g. 42 or 42,43, or none)", f)
+		}
+		if v == 0 {
+			return nil, errors.New("exit status 0 is success, not a denial")
+		}
+		if !seen[int32(v)] {
+			seen[int32(v)] = true
+			out = append(out, int32(v))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, nil
+}
+
+func runLimitSetDenials(ctx context.Context, c *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(c, "cuesched limit set-denials", limitSetDenialsUsage)
+	name := fs.Name()
+	cf := cli.AddConnFlags(fs, false)
+	pos, code, done := fs.ParseInterleaved(args)
+	if done {
+		return code
+	}
+	if len(pos) != 2 {
+		return fs.Fail("want a limit and its exit statuses (or none), got %d argument(s)", len(pos))
+	}
+	codes, err := parseStatuses(pos[1])
+	if err != nil {
+		return fs.Fail("%v", err)
+	}
+	v, code := cf.Resolve(c, name, false)
+	if code != 0 {
+		return code
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cn, code := cli.OpenConns(ctx, c, name, v, 1)
+	if code != 0 {
+		return code
+	}
+	defer cn.Close()
+	var has bool
+	if err := cn.Pool.QueryRow(ctx, `SELECT to_regclass('cuesched_limit') IS NOT NULL`).Scan(&has); err != nil {
+		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	if !has {
+		fmt.Fprintf(c.Stderr, "%s: table cuesched_limit is missing: rollout step 0007_limit_settings is not applied (run cuesched migrate up)\n", name)
+		return 1
+	}
+	var id string
+	err = cn.Pool.QueryRow(ctx, `SELECT pk_limit_record FROM limit_record WHERE str_name = $1 OR pk_limit_record = $1
+		ORDER BY (str_name = $1) DESC LIMIT 1`, pos[0]).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		fmt.Fprintf(c.Stderr, "%s: no limit named %q (cuesched limit list)\n", name, pos[0])
+		return 1
+	}
+	if err != nil {
+		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	if _, err := cn.Pool.Exec(ctx, `INSERT INTO cuesched_limit (pk_limit_record, int_denial_exit_statuses) VALUES ($1, $2)
+		ON CONFLICT (pk_limit_record) DO UPDATE SET int_denial_exit_statuses = EXCLUDED.int_denial_exit_statuses, ts_updated = now()`,
+		id, codes); err != nil {
+		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	fmt.Fprintf(c.Stdout, "limit %s: denial exit statuses %s\n", pos[0], statusList(codes))
+	return 0
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+)
+
+func runLimitT(env map[string]string, args ...string) (int, string, string) {
+	c, out, errb := testCLI(env)
+	code := limitGroup().Run(context.Background(), c, args)
+	return code, out.String(), errb.String()
+}
+
+// set-denials writes cuesched's own row for the limit; list shows it; bad
+// statuses and unknown limits are refused with what is wrong.
+func TestLimitSetDenials(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := cuebotdb.Database(t)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := (&farmseed.Seeder{DB: pool}).Limit(ctx, "nuke", 6); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"CUESCHED_DATABASE_URL": url}
+	if code, out, errs := runLimitT(env, "set-denials", "nuke", "43,42,42"); code != 0 || !strings.Contains(out, "denial exit statuses 42,43") {
+		t.Fatalf("set-denials: exit %d %q %q", code, out, errs)
+	}
+	var codes []int32
+	if err := pool.QueryRow(ctx, `SELECT cl.int_denial_exit_statuses FROM cuesched_limit cl JOIN limit_record lr
+		ON lr.pk_limit_record = cl.pk_limit_record WHERE lr.str_name = 'nuke'`).Scan(&codes); err != nil || len(codes) != 2 {
+		t.Fatalf("stored %v, %v", codes, err)
+	}
+	if code, out, _ := runLimitT(env, "list"); code != 0 || !strings.Contains(out, "nuke") || !strings.Contains(out, "42,43") {
+		t.Fatalf("list: exit %d\n%s", code, out)
+	}
+	if code, out, _ := runLimitT(env, "set-denials", "nuke", "none"); code != 0 || !strings.Contains(out, "statuses -") {
+		t.Fatalf("set-denials none: exit %d %q", code, out)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"set-denials", "nuke", "x"}, 2, `exit status "x" is not an integer`},
+		{[]string{"set-denials", "nuke", "0"}, 2, "exit status 0 is success"},
+		{[]string{"set-denials", "nuke"}, 2, "want a limit and its exit statuses"},
+		{[]string{"set-denials", "nolimit", "42"}, 1, `no limit named "nolimit"`},
+	} {
+		if code, _, errs := runLimitT(env, tc.args...); code != tc.code || !strings.Contains(errs, tc.msg) {
+			t.Errorf("%v: exit %d %q, want %d %q", tc.args, code, errs, tc.code, tc.msg)
+		}
+	}
+}
