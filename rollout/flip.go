@@ -67,6 +67,7 @@ const (
 	CheckBurst       = "burst"
 	CheckActive      = "active"
 	CheckStaleMarker = "stale-marker"
+	CheckSharedLimit = "shared-limit"
 )
 
 // Preflight checks whether show can be flipped to on (managed) or off. For
@@ -170,7 +171,48 @@ func (t *Tool) Preflight(ctx context.Context, show Show, on bool) (*Preflight, e
 	} else {
 		add(Check{Name: CheckActive, Detail: "the show is not active (show.b_active = false): the scheduler only dispatches active shows"})
 	}
+	shared, err := t.sharedLimits(ctx, show.ID)
+	if err != nil {
+		return nil, fmt.Errorf("preflight: %w", err)
+	}
+	if len(shared) == 0 {
+		add(Check{Name: CheckSharedLimit, OK: true, Detail: "no limit of the show's pending jobs is shared with a show Cuebot dispatches"})
+	} else {
+		add(Check{Name: CheckSharedLimit, Detail: "limit(s) " + strings.Join(shared, ", ") + " also cap pending jobs of shows Cuebot still dispatches: " +
+			"the scheduler books under a lock on the limit, but Cuebot's dispatcher checks the running count without it, so the two " +
+			"together can start more frames than the limit allows for as long as the shows share it (flip those shows too, or give them their own limit)"})
+	}
 	return p, nil
+}
+
+// sharedLimits names the limits of the show's pending jobs that also cap
+// pending jobs of shows Cuebot dispatches (not scheduler-managed).
+func (t *Tool) sharedLimits(ctx context.Context, showID string) ([]string, error) {
+	rows, err := t.pool.Query(ctx, `
+		SELECT DISTINCT lr.str_name
+		  FROM limit_record lr
+		  JOIN layer_limit ll ON ll.pk_limit_record = lr.pk_limit_record
+		  JOIN layer l ON l.pk_layer = ll.pk_layer
+		  JOIN job j ON j.pk_job = l.pk_job
+		 WHERE j.pk_show = $1 AND j.str_state = 'PENDING'
+		   AND EXISTS (SELECT 1 FROM layer_limit ll2 JOIN layer l2 ON l2.pk_layer = ll2.pk_layer
+		                 JOIN job j2 ON j2.pk_job = l2.pk_job JOIN show s2 ON s2.pk_show = j2.pk_show
+		                WHERE ll2.pk_limit_record = lr.pk_limit_record AND j2.str_state = 'PENDING'
+		                  AND j2.pk_show <> $1 AND NOT s2.b_scheduler_managed)
+		 ORDER BY 1`, showID)
+	if err != nil {
+		return nil, fmt.Errorf("limits shared with shows Cuebot dispatches: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, fmt.Errorf("limits shared with shows Cuebot dispatches: %w", err)
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
 }
 
 // cuebotFlagVersion is Cuebot's schema migration that comes with the code

@@ -472,3 +472,42 @@ func TestSidecarSlotRecognisedByItsHolder(t *testing.T) {
 		t.Errorf("status does not list the custom-named sidecar slot: %+v", rep.Slots)
 	}
 }
+
+// A limit shared by the show's pending jobs and a show Cuebot keeps
+// dispatching is named as a warning (Cuebot books its side without the
+// scheduler's lock on the limit); the flip still goes ahead.
+func TestFlipWarnsAboutSharedLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFarm(t)
+	streamSlot(t, f.dbURL, uniqueSlot(t), "cuesched-sidecar/cb1")
+	s := &farmseed.Seeder{DB: f.pool}
+	lim, err := s.Limit(ctx, "nuke", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fac string
+	if err := f.pool.QueryRow(ctx, `SELECT pk_facility FROM facility WHERE str_name = 'lot'`).Scan(&fac); err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range []farmseed.Show{f.alpha, f.beta} {
+		if _, err := s.Job(ctx, farmseed.JobSpec{Name: sh.Name + "-comp", Show: sh, Facility: fac,
+			Layers: []farmseed.LayerSpec{{Name: "comp", Frames: 1, Limits: []string{lim}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, out, err := flip(t, f.tool(t, true), rollout.FlipRequest{Show: "alpha", On: true})
+	if err != nil || !res.Changed {
+		t.Fatalf("a warning must not refuse: %v", err)
+	}
+	var shared *rollout.Check
+	for i, c := range res.Preflight.Checks {
+		if c.Name == rollout.CheckSharedLimit {
+			shared = &res.Preflight.Checks[i]
+		}
+	}
+	if shared == nil || shared.OK || shared.Blocking || !strings.Contains(shared.Detail, "nuke") {
+		t.Fatalf("shared-limit check %+v", shared)
+	}
+	contains(t, "output", out, "preflight warn shared-limit")
+}
