@@ -151,16 +151,16 @@ func runLimitSetDenials(ctx context.Context, c *cli.Env, args []string) int {
 	if done {
 		return code
 	}
+	v, code := cf.Resolve(c, name, false)
+	if code != 0 {
+		return code
+	}
 	if len(pos) != 2 {
 		return fs.Fail("want a limit and its exit statuses (or none), got %d argument(s)", len(pos))
 	}
 	codes, err := parseStatuses(pos[1])
 	if err != nil {
 		return fs.Fail("%v", err)
-	}
-	v, code := cf.Resolve(c, name, false)
-	if code != 0 {
-		return code
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
