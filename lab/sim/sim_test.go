@@ -43,7 +43,8 @@ func TestBatteryNames(t *testing.T) {
 		seen[n] = true
 	}
 	for _, n := range []string{"COLDFILL", "PRIORITY", "PRIORITY_STARVING", "SHOWTIER", "RESERVATIONS", "LIMIT", "FOLDER",
-		"JOBCAP", "CAPDROP", "DEPENDS", "TAGS_GPU", "GPUSTRAND", "SOLOFILL", "LOCALITY", "FAILOVER", "MIGRATE", "COMPLETIONSTORM"} {
+		"JOBCAP", "CAPDROP", "DEPENDS", "TAGS_GPU", "GPUSTRAND", "SOLOFILL", "LOCALITY", "FAILOVER", "MIGRATE", "COMPLETIONSTORM",
+		"LICENSE_DENIED", "POISON"} {
 		if !seen[n] {
 			t.Errorf("scenario %s missing from the battery", n)
 		}
