@@ -3,9 +3,10 @@ package accounting
 import (
 	"context"
 	"fmt"
+	"sort"
+
 	"github.com/cuesched/cuesched/migrations"
 	"github.com/cuesched/cuesched/shared/appname"
-	"sort"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"

@@ -1,0 +1,173 @@
+package accounting
+
+// The booking gate of this instance and the watch of the Redis epoch and
+// its lineage that closes it when Redis is emptied, re-bootstrapped or
+// rolled back.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cuesched/cuesched/publisher"
+)
+
+// IsLeader reports whether this instance currently runs the loops.
+func (s *Service) IsLeader() bool { return s.isLeader.Load() }
+
+// Ready reports whether booking may proceed: Redis holds a completed
+// bootstrap (acct:epoch). Individual shows may still be unseeded: the
+// booking script answers that per show (publisher.ErrShowNotSeeded).
+func (s *Service) Ready() bool {
+	s.gateMu.Lock()
+	defer s.gateMu.Unlock()
+	return s.ready
+}
+
+// ReadyErr is nil when Ready, else an error saying why booking is paused
+// (for /readyz).
+func (s *Service) ReadyErr() error {
+	s.gateMu.Lock()
+	defer s.gateMu.Unlock()
+	if s.ready {
+		return nil
+	}
+	return errors.New(s.reason)
+}
+
+// WaitReady blocks until Ready or ctx is done.
+func (s *Service) WaitReady(ctx context.Context) error {
+	for {
+		s.gateMu.Lock()
+		ch, ready := s.readyCh, s.ready
+		s.gateMu.Unlock()
+		if ready {
+			return nil
+		}
+		t := time.NewTimer(100 * time.Millisecond) // the channel is replaced on every close
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-ch:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func (s *Service) setGate(ready bool, reason string) {
+	s.gateMu.Lock()
+	defer s.gateMu.Unlock()
+	if ready == s.ready && reason == s.reason {
+		return
+	}
+	if ready && !s.ready {
+		close(s.readyCh)
+		s.log.Info("booking resumed: Redis accounting is bootstrapped")
+		s.m.paused.Set(0)
+	}
+	if !ready && s.ready {
+		s.readyCh = make(chan struct{})
+		s.log.Warn("booking paused", "reason", reason)
+		s.m.paused.Set(1)
+	}
+	s.ready, s.reason = ready, reason
+}
+
+// watchEpoch keeps the gate in line with acct:epoch on every instance.
+func (s *Service) watchEpoch(ctx context.Context) {
+	for ctx.Err() == nil {
+		s.checkEpoch(ctx)
+		sleep(ctx, s.cfg.EpochPollInterval)
+	}
+}
+
+func (s *Service) checkEpoch(ctx context.Context) string {
+	// The high-water mark is read before the state: a booking acknowledged
+	// after the read cannot make a live Redis look rolled back.
+	hw, term := s.pub.SeqMark()
+	st, err := s.pub.State(ctx)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			s.setGate(false, "accounting: Redis unreachable: "+err.Error())
+		}
+		return ""
+	case st.Epoch == "":
+		s.setGate(false, "accounting: Redis empty (restarted?), waiting for the bootstrap")
+		return ""
+	}
+	if why, kind := s.checkLineage(st, hw, term); why != "" {
+		s.rolledBack(ctx, st, kind, why)
+		return ""
+	}
+	s.setGate(true, "")
+	return st.Epoch
+}
+
+// checkLineage compares a polled state with the epoch this instance knows
+// (see publisher's lineage.go): the same epoch with acct:seq below what was
+// seen acknowledged, or an epoch of an older generation, is a rollback; a
+// newer epoch (a re-bootstrap) is adopted.
+//
+// hw and term are the publisher's SeqMark read before st was polled; a
+// mark reset since (this instance adopted a new epoch meanwhile, e.g. its
+// own bootstrap) belongs to the old epoch and proves nothing: the next
+// poll judges.
+func (s *Service) checkLineage(st publisher.State, hw, term int64) (why, kind string) {
+	s.lineageMu.Lock()
+	defer s.lineageMu.Unlock()
+	gen := publisher.EpochGeneration(st.Epoch)
+	switch {
+	case s.known == "":
+		s.known, s.knownGen = st.Epoch, gen
+		s.pub.ObserveSeq(st.Seq)
+	case st.Epoch == s.known:
+		if _, now := s.pub.SeqMark(); now != term {
+			return "", ""
+		}
+		if st.Seq < hw {
+			return fmt.Sprintf("acct:seq is %d under epoch %s, but %d was already acknowledged: Redis lost acknowledged writes (restarted from an older snapshot, or a failover to a replica that missed them)", st.Seq, st.Epoch, hw), "seq"
+		}
+		s.pub.ObserveSeq(st.Seq)
+	case gen == 0 || s.knownGen == 0 || gen > s.knownGen:
+		// A re-bootstrap this instance did not see happen (or an epoch
+		// without a generation, from an older version: trusted as before).
+		s.log.Info("accounting epoch changed (re-bootstrapped)", "from", s.known, "to", st.Epoch)
+		s.known, s.knownGen = st.Epoch, gen
+		s.pub.ResetSeqHighWater(st.Seq)
+	default:
+		return fmt.Sprintf("acct:epoch %s is older than %s, the epoch this instance booked under: Redis came back from a snapshot taken before the last bootstrap", st.Epoch, s.known), "epoch"
+	}
+	return "", ""
+}
+
+// adoptEpoch records the epoch this instance's own bootstrap wrote.
+func (s *Service) adoptEpoch(ctx context.Context, epoch string) {
+	s.lineageMu.Lock()
+	defer s.lineageMu.Unlock()
+	s.known, s.knownGen = epoch, publisher.EpochGeneration(epoch)
+	if st, err := s.pub.State(ctx); err == nil && st.Epoch == epoch {
+		s.pub.ResetSeqHighWater(st.Seq)
+	}
+}
+
+// rolledBack closes the gate and every show (publisher.Invalidate): no
+// instance books against the rolled-back counters, and the loop leader
+// re-bootstraps from Postgres (it finds acct:epoch gone).
+func (s *Service) rolledBack(ctx context.Context, st publisher.State, kind, why string) {
+	s.setGate(false, "accounting: Redis state rolled back, waiting for the re-bootstrap: "+why)
+	done, shows, err := s.pub.Invalidate(ctx, st.Epoch)
+	switch {
+	case err != nil:
+		s.log.Error("accounting state rolled back; closing it for booking failed (retried at the next poll)", "reason", why, "error", err)
+	case done:
+		s.m.rollbacks.WithLabelValues(kind).Inc()
+		s.log.Error("accounting state rolled back: closed every show for booking and requested a re-bootstrap from Postgres (deleted acct:epoch)",
+			"reason", why, "shows_closed", shows)
+	default:
+		s.log.Info("accounting state rolled back, but it was re-bootstrapped meanwhile", "reason", why)
+	}
+}
