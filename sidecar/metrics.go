@@ -137,6 +137,26 @@ func newMetrics(reg prometheus.Registerer) (*sidecarMetrics, error) {
 			Help: "Empty release batches written only to advance the checkpoint (idle or unmanaged-only stream).",
 		}),
 	}
+	// Every labelled series exists from start-up at zero (issue #26), so a
+	// panel or an increase()-based alert sees the first event.
+	for _, r := range []string{"applied", "already_released", "unknown_proc", "skipped_replay", "unmanaged", "after_flip", "local"} {
+		m.releases.WithLabelValues(r)
+	}
+	for _, r := range []string{"released", "nothing", "replayed"} {
+		m.transactions.WithLabelValues(r)
+	}
+	for _, k := range []string{"sub", "folder", "job", "layer", "point", "cores", "gpus"} {
+		m.mismatches.WithLabelValues(k)
+	}
+	for _, t := range []string{"subscription", "folder", "job"} {
+		m.capWrites.WithLabelValues(t)
+	}
+	for _, r := range []string{"new_slot", "no_checkpoint", "checkpoint_behind", "checkpoint_ahead", "truncate", "redis_lost_data", "other"} {
+		m.rebootstraps.WithLabelValues(r)
+	}
+	for _, t := range []string{"proc", "show", "subscription", "folder_resource", "job_resource"} {
+		m.badRows.WithLabelValues(t)
+	}
 	if reg == nil {
 		return m, nil
 	}

@@ -187,6 +187,18 @@ func newFeedMetrics(reg prometheus.Registerer) *feedMetrics {
 			Help: "Sleeping clusters handed out before their sleep ended because the WAL changed their show (flags, subscriptions, caps).",
 		}),
 	}
+	// Every labelled series exists from start-up at zero (issue #26).
+	for _, r := range []string{"ok", "error"} {
+		m.scans.WithLabelValues(r)
+	}
+	for _, t := range []string{triggerWAL, triggerSafety} {
+		for _, r := range []string{"unchanged", "swapped", "error"} {
+			m.reloads.WithLabelValues(t, r)
+		}
+	}
+	for _, c := range []string{"added", "removed", "changed"} {
+		m.drift.WithLabelValues(c)
+	}
 	if reg != nil {
 		reg.MustRegister(m.total, m.active, m.sleeping, m.woken, m.scans, m.scanDur, m.reloads, m.drift, m.walWoken)
 	}

@@ -62,6 +62,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Redis rollbacks or releases that failed (healed by the recompute), by operation.",
 		}, []string{"op"}),
 	}
+	// Every labelled series exists from start-up at zero (issue #26), so
+	// panels and increase()-based alerts see the first event.
+	for _, s := range stopNames {
+		m.batches.WithLabelValues(s)
+	}
+	for _, r := range []string{"restored", "already_released", "error"} {
+		m.compensations.WithLabelValues(r)
+	}
+	for _, op := range []string{"release", "rollback"} {
+		m.accountingErrors.WithLabelValues(op)
+	}
 	if reg != nil {
 		reg.MustRegister(m.frames, m.timeToBook, m.batches, m.batchDuration, m.txDuration, m.launchDuration,
 			m.launchFailures, m.compensations, m.killFailures, m.accountingErrors)

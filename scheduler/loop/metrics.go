@@ -43,6 +43,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, s := range []string{"job_query", "booking"} {
 		m.errors.WithLabelValues(s)
 	}
+	for _, r := range []Reason{Booked, Saturated, NoJobs, Capped, QueryError, Failed, AllocFull, NotSeeded, Cancelled, TimedOut} {
+		m.passes.WithLabelValues(string(r))
+	}
 	if reg != nil {
 		reg.MustRegister(m.jobsQueried, m.jobsProcessed, m.jobQuery, m.passes, m.perPass, m.errors)
 	}

@@ -74,6 +74,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	for _, r := range []string{EndBooked, EndPaused, EndJobDone, EndSatisfied, EndGone, EndTimeout} {
 		m.ended.WithLabelValues(r)
+		m.heldFor.WithLabelValues(r)
+	}
+	for _, s := range []string{"refresh", "sweep", "grant", "end"} {
+		m.errors.WithLabelValues(s)
 	}
 	for _, r := range []string{string(HostReserved), string(LayerHolds), string(MaxGrants), string(MaxFraction),
 		refusedNarrow, refusedNoFit, refusedAllReserved, refusedNoDemand} {
