@@ -23,7 +23,6 @@ type sidecarMetrics struct {
 	active          prometheus.Gauge
 	standby         prometheus.Gauge
 	lagBytes        prometheus.Gauge
-	lagSeconds      prometheus.Gauge
 	retainedBytes   prometheus.Gauge
 	retainedOver    prometheus.Gauge
 	retainedLimit   prometheus.Gauge
@@ -96,10 +95,6 @@ func newMetrics(reg prometheus.Registerer) (*sidecarMetrics, error) {
 			Name: "sidecar_slot_lag_bytes",
 			Help: "pg_current_wal_lsn() minus the slot's confirmed_flush_lsn (bytes not yet made durable in Redis).",
 		}),
-		lagSeconds: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sidecar_lag_seconds",
-			Help: "Now minus the commit time of the last applied transaction when it was applied; 0 once a keepalive shows the sidecar caught up.",
-		}),
 		retainedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sidecar_slot_retained_wal_bytes",
 			Help: "pg_current_wal_lsn() minus the slot's restart_lsn: WAL the server keeps for the slot.",
@@ -162,7 +157,7 @@ func newMetrics(reg prometheus.Registerer) (*sidecarMetrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.releases, m.transactions, m.commitToRedis, m.commitQuantile, m.mismatches, m.capWrites, m.flips,
-		m.rebootstraps, m.redisErrors, m.truncates, m.active, m.standby, m.lagBytes, m.lagSeconds,
+		m.rebootstraps, m.redisErrors, m.truncates, m.active, m.standby, m.lagBytes,
 		m.retainedBytes, m.retainedOver, m.retainedLimit, m.checkpointLSN, m.managedShows,
 		m.badRows, m.slotPollErrors, m.slotExists, m.checkpointFlush, m.slotRecreated,
 	} {

@@ -150,7 +150,7 @@ type feedMetrics struct {
 func newFeedMetrics(reg prometheus.Registerer) *feedMetrics {
 	m := &feedMetrics{
 		total: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "scheduler_clusters_total",
+			Name: "scheduler_clusters",
 			Help: "Clusters in the loaded cluster set, by type.",
 		}, []string{"cluster_type"}),
 		active: prometheus.NewGauge(prometheus.GaugeOpts{

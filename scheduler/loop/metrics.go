@@ -27,7 +27,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16),
 		}),
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "scheduler_pass_terminated_reason_total",
+			Name: "scheduler_passes_total",
 			Help: "Cluster passes by how they ended (booked, saturated, no_jobs, capped, query_error, failed, alloc_full, not_seeded, cancelled, timeout).",
 		}, []string{"reason"}),
 		perPass: prometheus.NewHistogramVec(prometheus.HistogramOpts{

@@ -90,7 +90,7 @@ func New(rdb redis.UniversalClient, subs func() []Sub, o Options) *Board {
 	}
 	b := &Board{rdb: rdb, subs: subs, opts: o, log: log.Named("tiers"),
 		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cuesched_show_tier_refreshes_total",
+			Name: "scheduler_show_tier_refreshes_total",
 			Help: "Refreshes of the show tier snapshot from the accounting store, by kind (full, touch) and outcome.",
 		}, []string{"kind", "outcome"})}
 	for _, k := range []string{"full", "touch"} {
