@@ -17,7 +17,7 @@ type metrics struct {
 // scriptBuckets span a local Redis round trip (~50µs) to a congested one.
 var scriptBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
 
-func newMetrics(prefix string, reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(prefix string, reg prometheus.Registerer, releasesOnly bool) (*metrics, error) {
 	m := &metrics{
 		bookings: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: prefix + "_bookings_total",
@@ -64,8 +64,11 @@ func newMetrics(prefix string, reg prometheus.Registerer) (*metrics, error) {
 		m.releases.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.bookings, m.bookingLatency, m.limitExceeded, m.rollbacks,
-			m.rollbackLatency, m.releases, m.releaseLatency} {
+		cs := []prometheus.Collector{m.releases, m.releaseLatency}
+		if !releasesOnly {
+			cs = append(cs, m.bookings, m.bookingLatency, m.limitExceeded, m.rollbacks, m.rollbackLatency)
+		}
+		for _, c := range cs {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -25,6 +25,10 @@ type Options struct {
 	// MetricsPrefix names the metrics (default "scheduler_accounting", e.g.
 	// scheduler_accounting_limit_exceeded_total). The sidecar passes its own.
 	MetricsPrefix string
+	// ReleasesOnly registers only the release metrics: for a caller that
+	// never books or rolls back (the sidecar), so it does not export
+	// always-zero booking series.
+	ReleasesOnly bool
 	// TombstoneTTL is how long a release tombstone keeps a recompute from
 	// re-adopting a proc whose release it did not see (default 10m). It must
 	// exceed the time between a recompute's snapshot and its last reconcile
@@ -84,7 +88,7 @@ func New(client redis.UniversalClient, opts Options) (*Publisher, error) {
 	if opts.ReleaseChunk <= 0 {
 		opts.ReleaseChunk = 512
 	}
-	m, err := newMetrics(opts.MetricsPrefix, opts.Registerer)
+	m, err := newMetrics(opts.MetricsPrefix, opts.Registerer, opts.ReleasesOnly)
 	if err != nil {
 		return nil, fmt.Errorf("publisher: register metrics: %w", err)
 	}

@@ -45,7 +45,7 @@
 // A rule that refuses a host for a layer is a matcher gate: give the
 // matcher a small interface in its Options (as Guard and Reservations
 // are), consult it in Accept, build it here in New, and teach explain the
-// same reason so `cuesched explain` and the cuesched_waiting_frames gauge
+// same reason so `cuesched explain` and the scheduler_waiting_frames gauge
 // name it. A rule that orders work (which job or show first) belongs to
 // the jobs query or to tiers. A rule on how much a frame books belongs to
 // sizing. A cap that must hold across scheduler instances belongs in the

@@ -176,8 +176,8 @@ func TestFlipIsBookedWithoutAReload(t *testing.T) {
 		t.Fatalf("%v awake scans, want the first one and the WAL flush's", n)
 	}
 	t.Logf("passes by reason: not_seeded %v, booked %v",
-		metric(t, reg, "scheduler_pass_terminated_reason_total", map[string]string{"reason": "not_seeded"}),
-		metric(t, reg, "scheduler_pass_terminated_reason_total", map[string]string{"reason": "booked"}))
+		metric(t, reg, "scheduler_passes_total", map[string]string{"reason": "not_seeded"}),
+		metric(t, reg, "scheduler_passes_total", map[string]string{"reason": "booked"}))
 }
 
 // A show held at its subscription burst, with frames waiting, books more as
@@ -208,8 +208,8 @@ func TestBurstRaiseIsUsedWithoutAReload(t *testing.T) {
 	// sleep for an hour (at the burst in Redis, or left out by the job
 	// query at its burst).
 	atBurst := func() float64 {
-		return metric(t, reg, "scheduler_pass_terminated_reason_total", map[string]string{"reason": "alloc_full"}) +
-			metric(t, reg, "scheduler_pass_terminated_reason_total", map[string]string{"reason": "capped"})
+		return metric(t, reg, "scheduler_passes_total", map[string]string{"reason": "alloc_full"}) +
+			metric(t, reg, "scheduler_passes_total", map[string]string{"reason": "capped"})
 	}
 	waitFor(t, "the show at its burst", 20*time.Second, func() bool { return w.procs(t, w.show.ID) == 2 && atBurst() > 0 })
 	woken := metric(t, reg, "scheduler_clusters_wal_woken_total", nil)

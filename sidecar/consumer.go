@@ -252,7 +252,6 @@ func (c *consumer) Apply(ctx context.Context, txn *replication.Transaction) erro
 	}
 	c.applied = txn.EndLSN
 	c.appliedA.Store(uint64(txn.EndLSN))
-	c.m.lagSeconds.Set(max(0, c.now().Sub(txn.CommitTime).Seconds()))
 	if c.checkpoint >= txn.EndLSN {
 		c.pending = 0
 		c.ack(txn.EndLSN)
@@ -271,7 +270,6 @@ func (c *consumer) Apply(ctx context.Context, txn *replication.Transaction) erro
 // Heartbeat makes an idle (or unmanaged-only) stream durable up to the
 // server's position.
 func (c *consumer) Heartbeat(ctx context.Context, hb replication.Heartbeat) error {
-	c.m.lagSeconds.Set(0)
 	target := max(hb.WALEnd, c.pending)
 	if target == 0 {
 		return nil

@@ -93,7 +93,10 @@
 // have a booking record (booked by cuesched before the flip: their charge
 // must still be given back; counted as after_flip), read in the same round
 // trip as the records of DELETEs without pk_show. Cuebot's own procs of the
-// show have none and are not sent (unmanaged).
+// show have none and are not sent (unmanaged). An after_flip release is
+// applied from its record like any other, so it gives back exactly what
+// was booked; its cores and GPUs are compared with the record's (key
+// mismatch check), its keys are not resolved.
 //
 // It is seeded consistently with the stream position:
 //

@@ -23,7 +23,6 @@ type sidecarMetrics struct {
 	active          prometheus.Gauge
 	standby         prometheus.Gauge
 	lagBytes        prometheus.Gauge
-	lagSeconds      prometheus.Gauge
 	retainedBytes   prometheus.Gauge
 	retainedOver    prometheus.Gauge
 	retainedLimit   prometheus.Gauge
@@ -96,10 +95,6 @@ func newMetrics(reg prometheus.Registerer) (*sidecarMetrics, error) {
 			Name: "sidecar_slot_lag_bytes",
 			Help: "pg_current_wal_lsn() minus the slot's confirmed_flush_lsn (bytes not yet made durable in Redis).",
 		}),
-		lagSeconds: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sidecar_lag_seconds",
-			Help: "Now minus the commit time of the last applied transaction when it was applied; 0 once a keepalive shows the sidecar caught up.",
-		}),
 		retainedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sidecar_slot_retained_wal_bytes",
 			Help: "pg_current_wal_lsn() minus the slot's restart_lsn: WAL the server keeps for the slot.",
@@ -137,12 +132,32 @@ func newMetrics(reg prometheus.Registerer) (*sidecarMetrics, error) {
 			Help: "Empty release batches written only to advance the checkpoint (idle or unmanaged-only stream).",
 		}),
 	}
+	// Every labelled series exists from start-up at zero (issue #26), so a
+	// panel or an increase()-based alert sees the first event.
+	for _, r := range []string{"applied", "already_released", "unknown_proc", "skipped_replay", "unmanaged", "after_flip", "local"} {
+		m.releases.WithLabelValues(r)
+	}
+	for _, r := range []string{"released", "nothing", "replayed"} {
+		m.transactions.WithLabelValues(r)
+	}
+	for _, k := range []string{"sub", "folder", "job", "layer", "point", "cores", "gpus"} {
+		m.mismatches.WithLabelValues(k)
+	}
+	for _, t := range []string{"subscription", "folder", "job"} {
+		m.capWrites.WithLabelValues(t)
+	}
+	for _, r := range []string{"new_slot", "no_checkpoint", "checkpoint_behind", "checkpoint_ahead", "truncate", "redis_lost_data", "other"} {
+		m.rebootstraps.WithLabelValues(r)
+	}
+	for _, t := range []string{"proc", "show", "subscription", "folder_resource", "job_resource"} {
+		m.badRows.WithLabelValues(t)
+	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{
 		m.releases, m.transactions, m.commitToRedis, m.commitQuantile, m.mismatches, m.capWrites, m.flips,
-		m.rebootstraps, m.redisErrors, m.truncates, m.active, m.standby, m.lagBytes, m.lagSeconds,
+		m.rebootstraps, m.redisErrors, m.truncates, m.active, m.standby, m.lagBytes,
 		m.retainedBytes, m.retainedOver, m.retainedLimit, m.checkpointLSN, m.managedShows,
 		m.badRows, m.slotPollErrors, m.slotExists, m.checkpointFlush, m.slotRecreated,
 	} {

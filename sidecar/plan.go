@@ -172,20 +172,29 @@ func (c *consumer) planProc(ctx context.Context, p *plan, ch *replication.Change
 		return nil
 	}
 	r := release{proc: id}
+	// What the deleted row held, compared with the booking record's charge
+	// (mismatch check). Read for every release, also those of unmanaged
+	// shows: a release after a flip back to Cuebot is applied from its
+	// record, and leaving these at zero reported every such release as a
+	// "cores" mismatch although it gave back exactly what was booked.
+	r.centi, _ = colInt(old, "int_cores_reserved")
+	r.gpus, _ = colInt(old, "int_gpus_reserved")
 	show, hasShow := col(old, "pk_show")
 	if hasShow {
 		if !p.isManaged(c, show) {
 			// Decided by its record (execute): a proc cuesched booked
 			// before the show was flipped back to Cuebot still holds its
-			// charge, and only this release gives it back.
-			p.releases = append(p.releases, release{proc: id, show: show, unmanagedShow: true})
+			// charge, and only this release gives it back. Its keys are
+			// not resolved (unresolved keys are not compared): most
+			// DELETEs of unmanaged shows are Cuebot's own procs, dropped
+			// without a record, and must not cost cache-miss queries.
+			r.show, r.unmanagedShow = show, true
+			p.releases = append(p.releases, r)
 			return nil
 		}
 		r.show = show
 	}
 	// Resolve the keys the release should name (for the mismatch check).
-	r.centi, _ = colInt(old, "int_cores_reserved")
-	r.gpus, _ = colInt(old, "int_gpus_reserved")
 	if hasShow {
 		if host, ok := col(old, "pk_host"); ok {
 			alloc, found, err := c.hostAlloc(ctx, host)

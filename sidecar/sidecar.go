@@ -133,7 +133,7 @@ func New(cfg Config, rdb redis.UniversalClient) (*Sidecar, error) {
 	}
 	m.retainedLimit.Set(float64(cfg.MaxRetainedWAL))
 	pub, err := publisher.New(rdb, publisher.Options{
-		Logger: log, Registerer: cfg.Registerer, MetricsPrefix: "sidecar_accounting", TombstoneTTL: cfg.TombstoneTTL,
+		Logger: log, Registerer: cfg.Registerer, MetricsPrefix: "sidecar_accounting", ReleasesOnly: true, TombstoneTTL: cfg.TombstoneTTL,
 	})
 	if err != nil {
 		return nil, err

@@ -151,6 +151,12 @@ func TestShowFlipMidStream(t *testing.T) {
 	}
 	h.assertExact()
 	ip.waitMetric(t, "sidecar_managed_shows", nil, 2)
+	// Issue #26: the releases after a flip back to Cuebot give back exactly
+	// what was booked (assertExact), so the comparison of the deleted row
+	// with the booking record must find no difference either.
+	for _, key := range []string{"cores", "gpus", "sub", "folder", "job", "layer", "point"} {
+		ip.waitMetric(t, "sidecar_release_key_mismatch_total", map[string]string{"key": key}, 0)
+	}
 }
 
 func indexOf(ps []*procFx, p *procFx) int {

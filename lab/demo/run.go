@@ -271,7 +271,7 @@ func writeEnv(out io.Writer, e *Env, metricsURL string, keepHint bool) {
 	fmt.Fprintf(out, "    bin/cuesched explain %s   # why its frames wait, per layer\n", job)
 	fmt.Fprintln(out, "    bin/cuesched show list                # shows, booked cores against their bursts")
 	fmt.Fprintln(out, "    bin/cuesched accounting audit         # Redis against SUM(proc)")
-	fmt.Fprintf(out, "    curl -s %s | grep cuesched_waiting_frames\n", metricsURL)
+	fmt.Fprintf(out, "    curl -s %s | grep scheduler_waiting_frames\n", metricsURL)
 	if keepHint {
 		fmt.Fprintln(out, "  (the farm is torn down when the run ends; --keep leaves it up until Ctrl-C)")
 	}
@@ -422,8 +422,8 @@ loop:
 			lines = append(lines, fmt.Sprintf("  %-9s %d waiting: left to Cuebot (not scheduler-managed; no Cuebot dispatches in the demo)", unmanagedName(e), unmanagedBefore))
 		}
 		fams, _ := reg.Gather()
-		tl.peakBackfills = max(tl.peakBackfills, metricSum(fams, "cuesched_reservations_backfills", nil))
-		tl.peakReservations = max(tl.peakReservations, metricSum(fams, "cuesched_reservations_held", nil))
+		tl.peakBackfills = max(tl.peakBackfills, metricSum(fams, "scheduler_reservations_backfills", nil))
+		tl.peakReservations = max(tl.peakReservations, metricSum(fams, "scheduler_reservations_held", nil))
 		tl.points = append(tl.points, pt)
 		if o.Interactive {
 			if lastLines > 0 {

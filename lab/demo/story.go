@@ -23,7 +23,7 @@ type hold struct {
 }
 
 // Waiting is one sample of why the managed shows' frames wait: the same
-// classification as `cuesched explain` and the cuesched_waiting_frames
+// classification as `cuesched explain` and the scheduler_waiting_frames
 // gauge (package scheduler/explain), with the limits' names and use.
 type Waiting struct {
 	Total  int
@@ -302,8 +302,8 @@ func writeStory(out io.Writer, tl *timeline, reg prometheus.Gatherer, wideJob st
 	}
 	fams, _ := reg.Gather()
 	fmt.Fprintln(out, "  placement features that acted:")
-	granted := metricSum(fams, "cuesched_reservations_granted_total", nil)
-	ownerRan := metricSum(fams, "cuesched_reservations_ended_total", map[string]string{"reason": "booked"})
+	granted := metricSum(fams, "scheduler_reservations_granted_total", nil)
+	ownerRan := metricSum(fams, "scheduler_reservations_ended_total", map[string]string{"reason": "booked"})
 	if wideJob != "" && tl.wideAt > 0 {
 		fmt.Fprintf(out, "    wide frames: %s (%d frames of 24 cores on the general hosts) submitted at %.0fs\n", wideJob, wideFrames, tl.wideAt)
 	}

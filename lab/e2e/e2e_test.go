@@ -35,7 +35,7 @@ func TestEndToEndDrains(t *testing.T) {
 	t.Logf("Redis cap refusals by table: %v; batches by stop: %v",
 		counters(t, reg, "scheduler_accounting_limit_exceeded_total", "table"),
 		counters(t, reg, "scheduler_dispatch_batches_total", "stop"))
-	if n := counters(t, reg, "scheduler_frames_dispatched_total", "show_name"); n["aurora"]+n["borealis"] != float64(e.farm.managedFrames) || n["cuebotshow"] != 0 {
+	if n := counters(t, reg, "scheduler_frames_dispatched_total", "show"); n["aurora"]+n["borealis"] != float64(e.farm.managedFrames) || n["cuebotshow"] != 0 {
 		t.Fatalf("scheduler_frames_dispatched_total = %v, want %d over the managed shows", n, e.farm.managedFrames)
 	}
 }

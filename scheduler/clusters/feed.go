@@ -150,7 +150,7 @@ type feedMetrics struct {
 func newFeedMetrics(reg prometheus.Registerer) *feedMetrics {
 	m := &feedMetrics{
 		total: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "scheduler_clusters_total",
+			Name: "scheduler_clusters",
 			Help: "Clusters in the loaded cluster set, by type.",
 		}, []string{"cluster_type"}),
 		active: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -186,6 +186,18 @@ func newFeedMetrics(reg prometheus.Registerer) *feedMetrics {
 			Name: "scheduler_clusters_wal_woken_total",
 			Help: "Sleeping clusters handed out before their sleep ended because the WAL changed their show (flags, subscriptions, caps).",
 		}),
+	}
+	// Every labelled series exists from start-up at zero (issue #26).
+	for _, r := range []string{"ok", "error"} {
+		m.scans.WithLabelValues(r)
+	}
+	for _, t := range []string{triggerWAL, triggerSafety} {
+		for _, r := range []string{"unchanged", "swapped", "error"} {
+			m.reloads.WithLabelValues(t, r)
+		}
+	}
+	for _, c := range []string{"added", "removed", "changed"} {
+		m.drift.WithLabelValues(c)
 	}
 	if reg != nil {
 		reg.MustRegister(m.total, m.active, m.sleeping, m.woken, m.scans, m.scanDur, m.reloads, m.drift, m.walWoken)

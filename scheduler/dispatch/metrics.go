@@ -20,11 +20,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		frames: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scheduler_frames_dispatched_total",
 			Help: "Frames booked and launched on RQD (booked only, in dry-run mode), by show.",
-		}, []string{"show_name"}),
+		}, []string{"show"}),
 		timeToBook: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "scheduler_time_to_book_seconds",
 			Help:    "Time from a frame becoming WAITING (ts_eligible) to its launch.",
-			Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600},
+			Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 180, 300, 450, 600, 900, 1800, 3600},
 		}),
 		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scheduler_dispatch_batches_total",
@@ -61,6 +61,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "scheduler_dispatch_accounting_errors_total",
 			Help: "Redis rollbacks or releases that failed (healed by the recompute), by operation.",
 		}, []string{"op"}),
+	}
+	// Every labelled series exists from start-up at zero (issue #26), so
+	// panels and increase()-based alerts see the first event.
+	for _, s := range stopNames {
+		m.batches.WithLabelValues(s)
+	}
+	for _, r := range []string{"restored", "already_released", "error"} {
+		m.compensations.WithLabelValues(r)
+	}
+	for _, op := range []string{"release", "rollback"} {
+		m.accountingErrors.WithLabelValues(op)
 	}
 	if reg != nil {
 		reg.MustRegister(m.frames, m.timeToBook, m.batches, m.batchDuration, m.txDuration, m.launchDuration,

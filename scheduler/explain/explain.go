@@ -5,7 +5,7 @@
 // It reads Postgres only (the caps and live proc sums the pending-job query
 // reads, the hosts the host cache mirrors), in one query per call, off the
 // dispatch path: the scheduler runs it on a slow timer for the
-// cuesched_waiting_frames gauge, and `cuesched explain` runs it for one job.
+// scheduler_waiting_frames gauge, and `cuesched explain` runs it for one job.
 package explain
 
 import (
@@ -56,6 +56,11 @@ const (
 	// books it.
 	Flowing Reason = "flowing"
 )
+
+// Label is the reason as a metric label value (scheduler_waiting_frames):
+// spaces become underscores ("no host" -> "no_host"), as Prometheus label
+// values are matched and typed by operators.
+func (r Reason) Label() string { return strings.ReplaceAll(string(r), " ", "_") }
 
 // Reasons lists every reason, in check order.
 func Reasons() []Reason {
@@ -311,7 +316,7 @@ type Count struct {
 }
 
 // Waiting counts the waiting frames of every scheduler-managed show by
-// reason (the cuesched_waiting_frames gauge), sorted by show and reason.
+// reason (the scheduler_waiting_frames gauge), sorted by show and reason.
 func Waiting(ctx context.Context, db DB, gpuProtection bool) ([]Count, error) {
 	ls, err := Layers(ctx, db, "", "", gpuProtection)
 	if err != nil {

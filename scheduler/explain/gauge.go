@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Gauge keeps cuesched_waiting_frames{show,reason} current: every Interval
+// Gauge keeps scheduler_waiting_frames{show,reason} current: every Interval
 // it counts the waiting frames of the managed shows by reason (one query,
 // off the dispatch path). With Leader set, only the instance it reports as
 // leader exports counts (the others export none), so summing the gauge over
@@ -32,11 +32,11 @@ func NewGauge(db DB, interval time.Duration, leader func() bool, logger hclog.Lo
 	}
 	g := &Gauge{DB: db, Interval: interval, Leader: leader, Logger: logger.Named("explain"),
 		vec: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "cuesched_waiting_frames",
+			Name: "scheduler_waiting_frames",
 			Help: "Waiting frames of scheduler-managed shows by the one reason each waits (see `cuesched explain`).",
 		}, []string{"show", "reason"}),
 		silent: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "cuesched_procs_on_silent_hosts",
+			Name: "scheduler_procs_on_silent_hosts",
 			Help: "Procs of managed shows older than their layer's longest successful frame on hosts whose RQD has not reported (host_stat.ts_ping) for 3 minutes: frames probably dead with their RQD, RUNNING and booked until Cuebot clears the procs.",
 		}, []string{"show"})}
 	if reg != nil {
@@ -87,15 +87,15 @@ func (g *Gauge) Update(ctx context.Context) {
 	// a reason that empties drops to 0 instead of vanishing.
 	for s := range shows {
 		for _, r := range Reasons() {
-			g.vec.WithLabelValues(s, string(r)).Set(0)
+			g.vec.WithLabelValues(s, r.Label()).Set(0)
 		}
 	}
 	for _, c := range counts {
-		g.vec.WithLabelValues(c.Show, string(c.Reason)).Set(float64(c.Frames))
+		g.vec.WithLabelValues(c.Show, c.Reason.Label()).Set(float64(c.Frames))
 	}
 }
 
-// updateSilent replaces cuesched_procs_on_silent_hosts{show}.
+// updateSilent replaces scheduler_procs_on_silent_hosts{show}.
 func (g *Gauge) updateSilent(ctx context.Context) {
 	ps, err := SilentProcs(ctx, g.DB, SilentAfter)
 	if err != nil {

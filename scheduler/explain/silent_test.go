@@ -10,7 +10,7 @@ import (
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 )
 
-// TestSilentHostProcsGauge: cuesched_procs_on_silent_hosts{show} counts the
+// TestSilentHostProcsGauge: scheduler_procs_on_silent_hosts{show} counts the
 // procs of managed shows older than their layer's longest frame on hosts
 // whose RQD stopped reporting (an RQD dead mid-frame), and only those.
 func TestSilentHostProcsGauge(t *testing.T) {
@@ -72,7 +72,7 @@ func TestSilentHostProcsGauge(t *testing.T) {
 	var got float64
 	found := false
 	for _, mf := range mfs {
-		if mf.GetName() == "cuesched_procs_on_silent_hosts" {
+		if mf.GetName() == "scheduler_procs_on_silent_hosts" {
 			for _, m := range mf.GetMetric() {
 				if m.GetLabel()[0].GetValue() == "alpha" {
 					got, found = m.GetGauge().GetValue(), true
@@ -81,6 +81,6 @@ func TestSilentHostProcsGauge(t *testing.T) {
 		}
 	}
 	if !found || got != 1 {
-		t.Fatalf("cuesched_procs_on_silent_hosts{show=alpha} = %v (found %v), want 1", got, found)
+		t.Fatalf("scheduler_procs_on_silent_hosts{show=alpha} = %v (found %v), want 1", got, found)
 	}
 }

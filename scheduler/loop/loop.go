@@ -302,7 +302,7 @@ func (p *Loop) work(ctx context.Context) {
 // Reason says how a pass ended.
 type Reason string
 
-// Pass outcomes (label values of scheduler_pass_terminated_reason_total).
+// Pass outcomes (label values of scheduler_passes_total).
 const (
 	Booked     Reason = "booked"
 	Saturated  Reason = "saturated"

@@ -27,7 +27,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16),
 		}),
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "scheduler_pass_terminated_reason_total",
+			Name: "scheduler_passes_total",
 			Help: "Cluster passes by how they ended (booked, saturated, no_jobs, capped, query_error, failed, alloc_full, not_seeded, cancelled, timeout).",
 		}, []string{"reason"}),
 		perPass: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -42,6 +42,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	for _, s := range []string{"job_query", "booking"} {
 		m.errors.WithLabelValues(s)
+	}
+	for _, r := range []Reason{Booked, Saturated, NoJobs, Capped, QueryError, Failed, AllocFull, NotSeeded, Cancelled, TimedOut} {
+		m.passes.WithLabelValues(string(r))
 	}
 	if reg != nil {
 		reg.MustRegister(m.jobsQueried, m.jobsProcessed, m.jobQuery, m.passes, m.perPass, m.errors)

@@ -412,9 +412,10 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 	limit := m.spreadLimit(m.cfg.Policy.FrameCores(l.Shape), t.solo)
 	remaining := l.Frames
 	attempts := 0
+	idle := false // a host took nothing: do not spin on this layer
 	var watch jobs.Watch // of the last miss
 	var refused []string // hosts the booking script found reserved for others
-	for attempts < m.cfg.Attempts && len(remaining) > 0 && ctx.Err() == nil {
+	for !idle && attempts < m.cfg.Attempts && len(remaining) > 0 && ctx.Err() == nil {
 		attempts++
 		now := time.Now()
 		fits := m.cfg.Policy.Fitter(l.Shape) // the job's live cores as of this attempt
@@ -503,7 +504,9 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 			// booking script refused it); another host may take the frames.
 			if len(drop) == 0 && res.Stop != dispatch.HostStale && res.Stop != dispatch.Reserved {
 				// A host that took nothing: do not spin on this layer.
-				attempts = m.cfg.Attempts
+				// (Not by setting attempts to the maximum: they are
+				// observed below, issue #26.)
+				idle = true
 			}
 			continue
 		}

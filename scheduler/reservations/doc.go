@@ -83,6 +83,6 @@
 // shared: they restart empty on the survivor.
 //
 // cuesched status lists the reservations; the metrics are
-// cuesched_reservations_* (held, candidates, backfills, granted_total,
+// scheduler_reservations_* (held, candidates, backfills, granted_total,
 // refused_total{reason}, ended_total{reason}, held_seconds{reason}).
 package reservations

@@ -14,7 +14,7 @@ type metrics struct {
 	errors     *prometheus.CounterVec
 }
 
-// End reasons (cuesched_reservations_ended_total{reason}).
+// End reasons (scheduler_reservations_ended_total{reason}).
 const (
 	EndBooked    = "booked"    // the owner started a frame on the host
 	EndPaused    = "paused"    // the owner's job was paused
@@ -35,45 +35,49 @@ const (
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cuesched_reservations_held",
+			Name: "scheduler_reservations_held",
 			Help: "Firm host reservations live in Redis at the last refresh (all instances' grants).",
 		}),
 		candidates: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cuesched_reservations_candidates",
+			Name: "scheduler_reservations_candidates",
 			Help: "Layers of this instance whose blocked-time bucket is full and that are blocked now (reservation candidates).",
 		}),
 		backfills: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cuesched_reservations_backfills",
+			Name: "scheduler_reservations_backfills",
 			Help: "EASY backfills admitted by the booking script on the hosts reserved now.",
 		}),
 		tracked: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cuesched_reservations_tracked_layers",
+			Name: "scheduler_reservations_tracked_layers",
 			Help: "Layers with a blocked-time bucket in this instance.",
 		}),
 		granted: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cuesched_reservations_granted_total",
+			Name: "scheduler_reservations_granted_total",
 			Help: "Host reservations granted by this instance.",
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cuesched_reservations_refused_total",
+			Name: "scheduler_reservations_refused_total",
 			Help: "Reservation grants this instance tried and did not make, by reason: host_reserved, layer_holds, max_grants, max_fraction (the grant script), narrow, no_fit, all_reserved, no_demand.",
 		}, []string{"reason"}),
 		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cuesched_reservations_ended_total",
+			Name: "scheduler_reservations_ended_total",
 			Help: "Host reservations ended by this instance, by reason: booked (the owner runs there), paused, job_ended (killed or finished), satisfied (no waiting frame), gone (layer deleted), timeout.",
 		}, []string{"reason"}),
 		heldFor: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "cuesched_reservations_held_seconds",
+			Name:    "scheduler_reservation_hold_duration_seconds",
 			Help:    "How long a reservation was held, from grant to end, by end reason.",
 			Buckets: []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600},
 		}, []string{"reason"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cuesched_reservations_errors_total",
+			Name: "scheduler_reservations_errors_total",
 			Help: "Errors of the reservation loop by step: refresh, sweep, grant, end.",
 		}, []string{"step"}),
 	}
 	for _, r := range []string{EndBooked, EndPaused, EndJobDone, EndSatisfied, EndGone, EndTimeout} {
 		m.ended.WithLabelValues(r)
+		m.heldFor.WithLabelValues(r)
+	}
+	for _, s := range []string{"refresh", "sweep", "grant", "end"} {
+		m.errors.WithLabelValues(s)
 	}
 	for _, r := range []string{string(HostReserved), string(LayerHolds), string(MaxGrants), string(MaxFraction),
 		refusedNarrow, refusedNoFit, refusedAllReserved, refusedNoDemand} {

@@ -90,9 +90,14 @@ func New(rdb redis.UniversalClient, subs func() []Sub, o Options) *Board {
 	}
 	b := &Board{rdb: rdb, subs: subs, opts: o, log: log.Named("tiers"),
 		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cuesched_show_tier_refreshes_total",
+			Name: "scheduler_show_tier_refreshes_total",
 			Help: "Refreshes of the show tier snapshot from the accounting store, by kind (full, touch) and outcome.",
 		}, []string{"kind", "outcome"})}
+	for _, k := range []string{"full", "touch"} {
+		for _, r := range []string{"ok", "error"} {
+			b.refreshes.WithLabelValues(k, r) // at zero from start-up (issue #26)
+		}
+	}
 	empty := map[Sub]Usage{}
 	b.snap.Store(&empty)
 	if o.Registerer != nil {

@@ -194,7 +194,7 @@ type Queue struct {
 	// GPUProtectionRefresh is how often the waiting GPU layers are re-read.
 	GPUProtectionRefresh Duration `yaml:"gpu_protection_refresh"`
 	// WaitingStatsInterval is how often the loop leader counts waiting
-	// frames by reason for cuesched_waiting_frames (0 disables it).
+	// frames by reason for scheduler_waiting_frames (0 disables it).
 	WaitingStatsInterval Duration `yaml:"waiting_stats_interval"`
 	// LayerBackoffMin/Max bound the schedule-after backoff of a layer that
 	// found no host (doubling between the two).
