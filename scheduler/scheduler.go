@@ -30,6 +30,8 @@ import (
 	"github.com/cuesched/cuesched/scheduler/tiers"
 	"github.com/cuesched/cuesched/shared/config"
 	sharedmetrics "github.com/cuesched/cuesched/shared/metrics"
+
+	"github.com/cuesched/cuesched/shared/redact"
 )
 
 // Deps supplies what the configuration cannot: shared connections (nil:
@@ -101,7 +103,7 @@ func kb(s config.Size) int64 { return int64(s) / 1024 }
 func PoolConfig(db config.Database) (*pgxpool.Config, error) {
 	pc, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
-		return nil, fmt.Errorf("database.url: %w", err)
+		return nil, fmt.Errorf("database.url: %w", redact.Error(err, db.URL))
 	}
 	if db.PoolSize > 0 {
 		pc.MaxConns = int32(db.PoolSize)
@@ -136,7 +138,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		}
 		s.pool, err = pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {
-			return nil, fmt.Errorf("database: %w", err)
+			return nil, fmt.Errorf("database: %w", redact.Error(err, cfg.Database.URL))
 		}
 		s.ownPool = true
 	}

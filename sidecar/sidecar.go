@@ -18,6 +18,8 @@ import (
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/shared/metrics"
 	"github.com/cuesched/cuesched/shared/replication"
+
+	"github.com/cuesched/cuesched/shared/redact"
 )
 
 // Config configures a Sidecar. DatabaseURL and SlotName are required; the
@@ -189,7 +191,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	pcfg, err := pgxpool.ParseConfig(s.cfg.DatabaseURL)
 	if err != nil {
 		s.mu.Unlock()
-		return fmt.Errorf("sidecar: database URL: %w", err)
+		return fmt.Errorf("sidecar: database URL: %w", redact.Error(err, s.cfg.DatabaseURL))
 	}
 	pcfg.MaxConns = 4
 	if pcfg.ConnConfig.RuntimeParams["application_name"] == "" {
@@ -198,7 +200,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		s.mu.Unlock()
-		return fmt.Errorf("sidecar: database pool: %w", err)
+		return fmt.Errorf("sidecar: database pool: %w", redact.Error(err, s.cfg.DatabaseURL))
 	}
 	s.pool = pool
 	s.c.pool = pool

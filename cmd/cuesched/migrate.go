@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cuesched/cuesched/migrations"
+	"github.com/cuesched/cuesched/shared/redact"
 )
 
 // migrateGroup is "cuesched migrate": flags may come before or after the
@@ -104,7 +105,7 @@ func migrateAction(action string) func(ctx context.Context, c *cli.Env, args []s
 		}
 		conn, err := pgx.Connect(ctx, v.DBURL)
 		if err != nil {
-			fmt.Fprintf(c.Stderr, "%s: connect to the database (%s): %v\n", name, v.Source[cli.KeyDatabaseURL], err)
+			fmt.Fprintf(c.Stderr, "%s: connect to the database (%s): %v\n", name, v.Source[cli.KeyDatabaseURL], redact.Error(err, v.DBURL))
 			return 1
 		}
 		defer conn.Close(context.WithoutCancel(ctx))

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cuesched/cuesched/shared/redact"
 )
 
 var (
@@ -189,7 +191,7 @@ func classifyPG(err error) error {
 func replicationConfig(connString, appName string) (*pgconn.Config, error) {
 	cfg, err := pgconn.ParseConfig(connString)
 	if err != nil {
-		return nil, fmt.Errorf("%w: connection string: %w", errConfig, err)
+		return nil, fmt.Errorf("%w: connection string: %w", errConfig, redact.Error(err, connString))
 	}
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
