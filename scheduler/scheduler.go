@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/cuesched/cuesched/scheduler/loop"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -326,6 +327,15 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		if err != nil {
 			return nil, err
 		}
+		// A Redis that accounts for another database is refused at start
+		// (Run keeps checking; an unreachable Redis only pauses booking).
+		ictx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		err = s.Accounting.CheckIdentity(ictx)
+		cancel()
+		if errors.Is(err, publisher.ErrIdentityMismatch) {
+			return nil, err
+		}
+		err = nil
 		s.loops = append(s.loops, s.Accounting.Run)
 		if d.Gate == nil {
 			gates = append(gates, loop.GateFunc(s.Accounting.WaitReady))

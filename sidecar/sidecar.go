@@ -214,6 +214,17 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
+	// A Redis that accounts for another database is refused before the
+	// slot is touched (each session binds it again before streaming).
+	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	id, err := publisher.DatabaseIdentity(ictx, pool)
+	if err == nil {
+		err = s.c.pub.CheckIdentity(ictx, id)
+	}
+	cancel()
+	if errors.Is(err, publisher.ErrIdentityMismatch) {
+		return fmt.Errorf("sidecar: %w", err)
+	}
 
 	mctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup

@@ -114,6 +114,11 @@ type Service struct {
 
 	warnedUnattended atomic.Bool
 
+	// identity is this database's (read once); foreign is set while the
+	// accounting Redis is bound to another database.
+	identity atomic.Pointer[publisher.Identity]
+	foreign  atomic.Bool
+
 	hooks hooks
 }
 
@@ -230,6 +235,9 @@ func (s *Service) watchEpoch(ctx context.Context) {
 }
 
 func (s *Service) checkEpoch(ctx context.Context) string {
+	if err := s.identityGuard(ctx, false); errors.Is(err, publisher.ErrIdentityMismatch) {
+		return ""
+	}
 	// The high-water mark is read before the state: a booking acknowledged
 	// after the read cannot make a live Redis look rolled back.
 	hw := s.pub.SeqHighWater()
@@ -347,6 +355,49 @@ func (s *Service) lead(ctx context.Context) {
 
 func noFence(context.Context) error { return nil }
 
+// CheckIdentity returns a *publisher.IdentityMismatchError when the
+// accounting Redis is bound to another database than this pool's (nil when
+// it is bound to this one or not bound yet). The scheduler refuses to start
+// on a mismatch; Run keeps checking it with every gate check.
+func (s *Service) CheckIdentity(ctx context.Context) error { return s.identityGuard(ctx, false) }
+
+// identityGuard checks the accounting keyspace's binding against this
+// database (bind: binds it first when unbound, as the bootstrap does). A
+// mismatch closes the booking gate and stops every loop that writes Redis
+// until it is resolved; it is logged once per occurrence.
+func (s *Service) identityGuard(ctx context.Context, bind bool) error {
+	id := s.identity.Load()
+	if id == nil {
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		v, err := publisher.DatabaseIdentity(qctx, s.st.pool)
+		cancel()
+		if err != nil {
+			return err
+		}
+		id = &v
+		s.identity.Store(id)
+	}
+	var err error
+	if bind {
+		err = s.pub.BindIdentity(ctx, *id)
+	} else {
+		err = s.pub.CheckIdentity(ctx, *id)
+	}
+	if errors.Is(err, publisher.ErrIdentityMismatch) {
+		s.m.foreign.Set(1)
+		s.setGate(false, "accounting: "+err.Error())
+		if !s.foreign.Swap(true) {
+			s.log.Error("REFUSING THE ACCOUNTING REDIS: it accounts for another database; booking stays paused", "error", err)
+		}
+		return err
+	}
+	if err == nil && s.foreign.Swap(false) {
+		s.m.foreign.Set(0)
+		s.log.Info("the accounting Redis is no longer bound to another database", "identity", id.String())
+	}
+	return err
+}
+
 // Bootstrap seeds every managed show (caps, records, counters, markers) and
 // then writes a new acct:epoch, blocking. Run calls it on the leader when
 // acct:epoch is missing; it is exported for tools and tests, which must
@@ -404,6 +455,9 @@ func (s *Service) checkSidecar(ctx context.Context, managed int) {
 }
 
 func (s *Service) syncManaged(ctx context.Context, fence func(context.Context) error) (bootstrapped bool, err error) {
+	if err := s.identityGuard(ctx, false); errors.Is(err, publisher.ErrIdentityMismatch) {
+		return false, err
+	}
 	epoch, err := s.pub.Epoch(ctx)
 	if err != nil {
 		s.setGate(false, "accounting: Redis unreachable: "+err.Error())
@@ -503,6 +557,11 @@ func (s *Service) bootstrap(ctx context.Context, fence func(context.Context) err
 	// The term fence: from here only this bootstrap's markers and epoch are
 	// accepted (a stalled former leader's are refused by the seed script).
 	err = fence(ctx)
+	if err == nil {
+		// Bind the keyspace to this database first: a Redis that
+		// accounts for another one is refused, never re-seeded.
+		err = s.identityGuard(ctx, true)
+	}
 	if err == nil {
 		err = s.pub.BeginBootstrap(ctx, epoch)
 	}
@@ -698,6 +757,9 @@ func (s *Service) recompute(ctx context.Context, only []string, fence func(conte
 var errSkipped = errors.New("skipped")
 
 func (s *Service) recomputeInner(ctx context.Context, only []string, fence func(context.Context) error) error {
+	if err := s.identityGuard(ctx, false); errors.Is(err, publisher.ErrIdentityMismatch) {
+		return err
+	}
 	epoch, err := s.pub.Epoch(ctx)
 	if err != nil {
 		return err
@@ -774,6 +836,9 @@ func (s *Service) recomputeInner(ctx context.Context, only []string, fence func(
 func (s *Service) ReseedShowLimits(ctx context.Context, shows []string) error {
 	start := time.Now()
 	err := func() error {
+		if err := s.identityGuard(ctx, false); errors.Is(err, publisher.ErrIdentityMismatch) {
+			return err
+		}
 		epoch, err := s.pub.Epoch(ctx)
 		if err != nil {
 			return err
@@ -838,6 +903,9 @@ func (s *Service) limitCycle(ctx context.Context, fence func(context.Context) er
 func (s *Service) reseedLimits(ctx context.Context, fence func(context.Context) error) error {
 	start := time.Now()
 	err := func() error {
+		if err := s.identityGuard(ctx, false); errors.Is(err, publisher.ErrIdentityMismatch) {
+			return err
+		}
 		managed, err := s.st.managedShows(ctx)
 		if err != nil {
 			return err

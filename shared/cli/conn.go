@@ -205,5 +205,20 @@ func OpenConns(ctx context.Context, c *Env, name string, v ConnValues, maxConns 
 		fmt.Fprintf(c.Stderr, "%s: connect to the database (%s): %v\n", name, v.Source[KeyDatabaseURL], redact.Error(err, v.DBURL))
 		return nil, 1
 	}
+	if cn.Pub != nil {
+		// The tools read and write the accounting of this database only:
+		// a Redis bound to another one is refused.
+		ictx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		id, err := publisher.DatabaseIdentity(ictx, pool)
+		if err == nil {
+			err = cn.Pub.CheckIdentity(ictx, id)
+		}
+		cancel()
+		if err != nil {
+			cn.Close()
+			fmt.Fprintf(c.Stderr, "%s: %v\n", name, redact.Error(err, v.DBURL, v.RedisURL))
+			return nil, 1
+		}
+	}
 	return cn, 0
 }

@@ -35,6 +35,11 @@ var (
 	// the new snapshot, so nothing is lost).
 	ErrResync = errors.New("consumer requested a resynchronisation from a new snapshot")
 
+	// ErrRefused, returned (wrapped) by a Consumer method, stops Run for
+	// good: the consumer found a condition no retry can fix (e.g. its
+	// target belongs to another database). Run returns it.
+	ErrRefused = errors.New("consumer refuses to stream")
+
 	errConfig = errors.New("replication: invalid configuration")
 )
 
