@@ -370,6 +370,9 @@ func (c Config) Validate() error {
 	if len(c.Sidecar.Publications) == 0 {
 		return bad("sidecar.publications", "must name at least one publication")
 	}
+	if c.Metrics.MaxConnections < 1 {
+		return bad("metrics.max_connections", "must be at least 1")
+	}
 	return c.checkDispatchBudget()
 }
 
