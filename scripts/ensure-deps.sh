@@ -11,6 +11,7 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/n
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-benchmark >/dev/null 2>&1 || missing+=(redis-tools)
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus) # promtool: the alert rules test
 if ! ls /usr/lib/postgresql/*/bin/pgbench >/dev/null 2>&1 && ! command -v pgbench >/dev/null 2>&1; then
   missing+=(postgresql-contrib)
 fi

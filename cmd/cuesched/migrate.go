@@ -155,6 +155,9 @@ func migratePlan(ctx context.Context, w io.Writer, conn *pgx.Conn, baseline bool
 			}
 			fmt.Fprintf(w, "-- WARNING: up would stop at preflight:\n-- %s\n", strings.ReplaceAll(err.Error(), "\n", "\n-- "))
 		}
+		if err := warnSlotWAL(ctx, w, conn, "-- "); err != nil {
+			return err
+		}
 		var err error
 		if pending, err = migrations.Plan(ctx, conn); err != nil {
 			return err
@@ -193,6 +196,9 @@ func migrateUp(ctx context.Context, w io.Writer, conn *pgx.Conn, baseline bool) 
 	if err := migrations.Preflight(ctx, conn); err != nil {
 		return err
 	}
+	if err := warnSlotWAL(ctx, w, conn, ""); err != nil {
+		return err
+	}
 	applied, err := migrations.Up(ctx, conn)
 	for _, s := range applied {
 		fmt.Fprintf(w, "applied %s\n", s)
@@ -204,6 +210,19 @@ func migrateUp(ctx context.Context, w io.Writer, conn *pgx.Conn, baseline bool) 
 		fmt.Fprintln(w, "nothing to apply: the database is up to date")
 	} else {
 		fmt.Fprintf(w, "%d step(s) applied\n", len(applied))
+	}
+	return nil
+}
+
+// warnSlotWAL prints the preflight's warning about an unlimited
+// max_slot_wal_keep_size (it does not stop the rollout).
+func warnSlotWAL(ctx context.Context, w io.Writer, conn *pgx.Conn, prefix string) error {
+	st, err := migrations.Status(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if m := st.SlotWALWarning(); m != "" {
+		fmt.Fprintf(w, "%sWARNING: %s\n", prefix, m)
 	}
 	return nil
 }
