@@ -72,7 +72,7 @@ func TestMigratePlanUpStatus(t *testing.T) {
 		t.Errorf("plan warned on a good database:\n%s", out)
 	}
 	// The preflight warns about an unlimited max_slot_wal_keep_size (the
-	// test server's default, like a stock server's) and gives a value.
+	// stock default) and gives a value; the test server bounds it.
 	keep := pgSetting(t, url, "max_slot_wal_keep_size")
 	slotWarned := strings.Contains(out, "-- WARNING: max_slot_wal_keep_size is -1 (unlimited)") &&
 		strings.Contains(out, "ALTER SYSTEM SET max_slot_wal_keep_size = '20GB'")
