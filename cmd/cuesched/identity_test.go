@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"sync"
 
+	"go.yaml.in/yaml/v3"
 	"golang.org/x/crypto/bcrypt"
-	"gopkg.in/yaml.v3"
 )
 
 // WebConfig is the subset of the Prometheus exporter-toolkit web

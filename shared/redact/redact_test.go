@@ -35,7 +35,7 @@ func TestURL(t *testing.T) {
 func TestErrorKeepsChainDropsSecret(t *testing.T) {
 	t.Parallel()
 	raw := "postgres://u:S3c%2FretPW@h:bad/db"
-	_, perr := url.Parse(raw)
+	_, perr := url.Parse(raw) //lint:ignore SA1007 a malformed URL on purpose
 	err := Error(perr, raw)
 	if strings.Contains(err.Error(), "S3c") || !strings.Contains(err.Error(), "invalid port") {
 		t.Errorf("Error: %q", err)
