@@ -161,10 +161,10 @@ type timeline struct {
 }
 
 type subUse struct {
-	size, burst      int64
-	peak             float64 // max cores ÷ size
-	above            time.Duration
-	peakCores        int64
+	size, burst int64
+	peak        float64 // max cores ÷ size
+	above       time.Duration
+	peakCores   int64
 }
 
 // bindingPhases splits the run into spans with one binding hold.
