@@ -20,8 +20,7 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/cuesched ./cmd/cuesched
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/cuesched-lab ./cmd/cuesched-lab
 
-test: deps
-	$(GO) vet $(PKGS)
+test: deps lint
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
 # `make test` STRESS_RUNS times while STRESS_CPUS stress-ng CPU hogs run
@@ -53,9 +52,12 @@ verify: deps build
 faults: deps
 	CUESCHED_FAULTS=full $(GO) test -race -count=1 -timeout 60m $(FAULTS_FLAGS) ./lab/faults/
 
+# gofmt, go vet and staticcheck (a pinned release, installed from the Go
+# module proxy by scripts/staticcheck.sh). `make test` runs it first.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	bash scripts/staticcheck.sh $(PKGS)
 
 proto:
 	bash proto/generate.sh

@@ -12,7 +12,7 @@ import (
 	_ "github.com/jackc/pgx/v5"
 	_ "github.com/prometheus/client_golang/prometheus"
 	_ "github.com/redis/go-redis/v9"
+	_ "go.yaml.in/yaml/v3"
 	_ "google.golang.org/grpc"
 	_ "google.golang.org/protobuf/proto"
-	_ "gopkg.in/yaml.v3"
 )

@@ -475,3 +475,15 @@ func hasWarning(st migrations.Report, sub string) bool {
 	}
 	return false
 }
+
+// An unlimited max_slot_wal_keep_size is a warning that gives a value; a
+// bounded one is not.
+func TestSlotWALWarning(t *testing.T) {
+	t.Parallel()
+	if w := (migrations.Report{MaxSlotWALKeepSize: "-1"}).SlotWALWarning(); !strings.Contains(w, "unlimited") || !strings.Contains(w, "max_slot_wal_keep_size = '20GB'") {
+		t.Errorf("-1: %q", w)
+	}
+	if w := (migrations.Report{MaxSlotWALKeepSize: "20GB"}).SlotWALWarning(); w != "" {
+		t.Errorf("20GB: %q", w)
+	}
+}

@@ -40,7 +40,10 @@ type Report struct {
 	// "index" or "nothing" ("" when there is no proc table).
 	ProcReplicaIdentity string
 
-	WALLevel             string
+	WALLevel string
+	// MaxSlotWALKeepSize is max_slot_wal_keep_size as the server shows it
+	// ("-1" is unlimited).
+	MaxSlotWALKeepSize   string
 	MaxReplicationSlots  int
 	ReplicationSlotsUsed int
 	MaxWALSenders        int
@@ -110,14 +113,14 @@ func Status(ctx context.Context, conn *pgx.Conn) (Report, error) {
 	err := conn.QueryRow(ctx, `
 		SELECT current_database(), current_setting('server_version'), current_user,
 		       r.rolsuper, r.rolreplication OR r.rolsuper,
-		       current_setting('wal_level'),
+		       current_setting('wal_level'), current_setting('max_slot_wal_keep_size'),
 		       current_setting('max_replication_slots')::int,
 		       (SELECT count(*) FROM pg_replication_slots)::int,
 		       current_setting('max_wal_senders')::int,
 		       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender')::int
 		  FROM pg_roles r WHERE r.rolname = current_user`).Scan(
 		&st.Database, &st.ServerVersion, &st.Role, &st.Superuser, &st.CanReplicate,
-		&st.WALLevel, &st.MaxReplicationSlots, &st.ReplicationSlotsUsed,
+		&st.WALLevel, &st.MaxSlotWALKeepSize, &st.MaxReplicationSlots, &st.ReplicationSlotsUsed,
 		&st.MaxWALSenders, &st.WALSendersUsed)
 	if err != nil {
 		return st, fmt.Errorf("migrations: read server settings: %w", err)
@@ -315,6 +318,19 @@ func (st Report) Ready() bool {
 	return true
 }
 
+// SlotWALWarning is the warning about an unlimited max_slot_wal_keep_size
+// ("" when it is bounded): the sidecar's permanent slot then keeps every
+// WAL segment while no sidecar streams it, until the disk is full.
+func (st Report) SlotWALWarning() string {
+	if st.MaxSlotWALKeepSize != "-1" {
+		return ""
+	}
+	return "max_slot_wal_keep_size is -1 (unlimited): while every sidecar is down, the permanent replication slot " +
+		"keeps all WAL until the Cuebot database's disk is full. Bound it to what the disk can spare above normal use, " +
+		"e.g. ALTER SYSTEM SET max_slot_wal_keep_size = '20GB'; SELECT pg_reload_conf(); past it the slot is invalidated " +
+		"instead, and a sidecar with --create-slot re-creates it and Redis is re-bootstrapped from Postgres (see the operator guide)"
+}
+
 func (st Report) warnings() []string {
 	var w []string
 	if !st.CuebotSchema {
@@ -328,6 +344,9 @@ func (st Report) warnings() []string {
 	}
 	if !st.CanReplicate {
 		w = append(w, fmt.Sprintf("role %q cannot replicate: ALTER ROLE %s REPLICATION", st.Role, quoteIdent(st.Role)))
+	}
+	if m := st.SlotWALWarning(); m != "" {
+		w = append(w, m)
 	}
 	for _, a := range st.Applied {
 		if a.Changed {
@@ -408,6 +427,7 @@ func (st Report) Write(w io.Writer) error {
 	}
 	p("replication readiness:")
 	p("  wal_level            %s", st.WALLevel)
+	p("  max_slot_wal_keep_size %s", st.MaxSlotWALKeepSize)
 	p("  replication slots    %d of %d in use", st.ReplicationSlotsUsed, st.MaxReplicationSlots)
 	p("  wal senders          %d of %d in use", st.WALSendersUsed, st.MaxWALSenders)
 	p("  role can replicate   %s", yes(st.CanReplicate))

@@ -177,20 +177,23 @@ func fullChildren() *reportpb.ChildrenProcStats {
 
 func fullRunFrame() *rqdpb.RunFrame {
 	return &rqdpb.RunFrame{
-		ResourceId:      "6f1d1b9e-0d5e-4d57-9a0c-1b6f3f2b7a01",
-		JobId:           "0c9a3c1e-7a43-4e1d-8f4b-0b8f0a6f3c02",
-		JobName:         "show-shot-user_job",
-		FrameId:         "9d6a2f4c-5b1e-4c3a-8e7d-2a1b0c9d8e03",
-		FrameName:       "0005-render",
-		LayerId:         "3e2d1c0b-9a8f-4e7d-6c5b-4a3f2e1d0c04",
-		Command:         "render -s 5 -e 5",
-		UserName:        "artist",
-		LogDir:          "/shots/show/shot/logs",
-		Show:            "show",
-		Shot:            "shot",
-		JobTempDir:      "deprecated",
-		FrameTempDir:    "/tmp/job/frame",
-		LogFile:         "deprecated",
+		ResourceId: "6f1d1b9e-0d5e-4d57-9a0c-1b6f3f2b7a01",
+		JobId:      "0c9a3c1e-7a43-4e1d-8f4b-0b8f0a6f3c02",
+		JobName:    "show-shot-user_job",
+		FrameId:    "9d6a2f4c-5b1e-4c3a-8e7d-2a1b0c9d8e03",
+		FrameName:  "0005-render",
+		LayerId:    "3e2d1c0b-9a8f-4e7d-6c5b-4a3f2e1d0c04",
+		Command:    "render -s 5 -e 5",
+		UserName:   "artist",
+		LogDir:     "/shots/show/shot/logs",
+		Show:       "show",
+		Shot:       "shot",
+		//lint:ignore SA1019 the deprecated fields are still on the wire; the test round-trips them
+		JobTempDir:   "deprecated",
+		FrameTempDir: "/tmp/job/frame",
+		//lint:ignore SA1019 see above
+		LogFile: "deprecated",
+		//lint:ignore SA1019 see above
 		LogDirFile:      "deprecated",
 		StartTime:       1_700_000_000_000,
 		Uid:             proto.Int32(1001),

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cuesched/cuesched/shared/redact"
 )
 
 // ClientConfig selects the accounting Redis: a single node by URL, or a
@@ -32,7 +34,7 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 	if cfg.URL != "" {
 		u, err := redis.ParseURL(cfg.URL)
 		if err != nil {
-			return nil, fmt.Errorf("redis url %q: %w", cfg.URL, err)
+			return nil, fmt.Errorf("redis url %s: %w", redact.URL(cfg.URL), redact.Error(err, cfg.URL))
 		}
 		opts.Addrs = []string{u.Addr}
 		opts.DB, opts.Username, opts.Password, opts.TLSConfig = u.DB, u.Username, u.Password, u.TLSConfig

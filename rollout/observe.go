@@ -254,14 +254,3 @@ func (ob *observation) schedulers() int {
 	}
 	return n
 }
-
-// activeSidecarSlots are the active slots named with the sidecar prefix.
-func (ob *observation) activeSidecarSlots() []Slot {
-	var out []Slot
-	for _, s := range ob.slots {
-		if s.Sidecar && s.Active {
-			out = append(out, s)
-		}
-	}
-	return out
-}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/cuesched/cuesched/scheduler/loop"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -31,6 +32,8 @@ import (
 	"github.com/cuesched/cuesched/scheduler/tiers"
 	"github.com/cuesched/cuesched/shared/config"
 	sharedmetrics "github.com/cuesched/cuesched/shared/metrics"
+
+	"github.com/cuesched/cuesched/shared/redact"
 )
 
 // Deps supplies what the configuration cannot: shared connections (nil:
@@ -102,7 +105,7 @@ func kb(s config.Size) int64 { return int64(s) / 1024 }
 func PoolConfig(db config.Database) (*pgxpool.Config, error) {
 	pc, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
-		return nil, fmt.Errorf("database.url: %w", err)
+		return nil, fmt.Errorf("database.url: %w", redact.Error(err, db.URL))
 	}
 	if db.PoolSize > 0 {
 		pc.MaxConns = int32(db.PoolSize)
@@ -137,7 +140,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		}
 		s.pool, err = pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {
-			return nil, fmt.Errorf("database: %w", err)
+			return nil, fmt.Errorf("database: %w", redact.Error(err, cfg.Database.URL))
 		}
 		s.ownPool = true
 	}
@@ -325,6 +328,15 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		if err != nil {
 			return nil, err
 		}
+		// A Redis that accounts for another database is refused at start
+		// (Run keeps checking; an unreachable Redis only pauses booking).
+		ictx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		err = s.Accounting.CheckIdentity(ictx)
+		cancel()
+		if errors.Is(err, publisher.ErrIdentityMismatch) {
+			return nil, err
+		}
+		err = nil
 		s.loops = append(s.loops, s.Accounting.Run)
 		if d.Gate == nil {
 			gates = append(gates, loop.GateFunc(s.Accounting.WaitReady))

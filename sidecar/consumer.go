@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -84,6 +85,9 @@ func (c *consumer) Snapshot(ctx context.Context, q replication.SnapshotQuerier) 
 	if err := c.resolveTables(ctx, tq); err != nil {
 		return err
 	}
+	if err := c.bindIdentity(ctx); err != nil {
+		return err
+	}
 	shows, err := seedManaged(ctx, tq)
 	if err != nil {
 		return err
@@ -139,11 +143,31 @@ func (c *consumer) Snapshot(ctx context.Context, q replication.SnapshotQuerier) 
 	return nil
 }
 
+// bindIdentity binds the accounting keyspace to this database, or refuses
+// for good (replication.ErrRefused) when it accounts for another one:
+// releases of this database's procs applied there would corrupt it.
+func (c *consumer) bindIdentity(ctx context.Context) error {
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	id, err := publisher.DatabaseIdentity(qctx, c.pool)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	err = c.redisCall(ctx, "bind identity", func(ctx context.Context) error { return c.pub.BindIdentity(ctx, id) })
+	if errors.Is(err, publisher.ErrIdentityMismatch) {
+		return fmt.Errorf("%w: %w", replication.ErrRefused, err)
+	}
+	return err
+}
+
 // Resume checks Redis against the slot before streaming resumes and loads
 // the persisted managed set.
 func (c *consumer) Resume(ctx context.Context, slot replication.SlotInfo) error {
 	f := slot.ConfirmedFlushLSN
 	if err := c.resolveTables(ctx, replication.QueryText(c.pool)); err != nil {
+		return err
+	}
+	if err := c.bindIdentity(ctx); err != nil {
 		return err
 	}
 	var walText string

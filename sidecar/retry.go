@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cuesched/cuesched/publisher"
 	"strings"
 	"time"
 
@@ -71,7 +72,7 @@ func transientRedisError(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, redis.ErrClosed) {
+	if errors.Is(err, redis.ErrClosed) || errors.Is(err, publisher.ErrIdentityMismatch) {
 		return false
 	}
 	var rerr redis.Error

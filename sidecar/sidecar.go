@@ -18,6 +18,8 @@ import (
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/shared/metrics"
 	"github.com/cuesched/cuesched/shared/replication"
+
+	"github.com/cuesched/cuesched/shared/redact"
 )
 
 // Config configures a Sidecar. DatabaseURL and SlotName are required; the
@@ -189,7 +191,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	pcfg, err := pgxpool.ParseConfig(s.cfg.DatabaseURL)
 	if err != nil {
 		s.mu.Unlock()
-		return fmt.Errorf("sidecar: database URL: %w", err)
+		return fmt.Errorf("sidecar: database URL: %w", redact.Error(err, s.cfg.DatabaseURL))
 	}
 	pcfg.MaxConns = 4
 	if pcfg.ConnConfig.RuntimeParams["application_name"] == "" {
@@ -198,7 +200,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		s.mu.Unlock()
-		return fmt.Errorf("sidecar: database pool: %w", err)
+		return fmt.Errorf("sidecar: database pool: %w", redact.Error(err, s.cfg.DatabaseURL))
 	}
 	s.pool = pool
 	s.c.pool = pool
@@ -210,6 +212,17 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	err = migrations.CheckApplied(cctx, pool, s.cfg.Publications...)
 	cancel()
 	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	// A Redis that accounts for another database is refused before the
+	// slot is touched (each session binds it again before streaming).
+	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	id, err := publisher.DatabaseIdentity(ictx, pool)
+	if err == nil {
+		err = s.c.pub.CheckIdentity(ictx, id)
+	}
+	cancel()
+	if errors.Is(err, publisher.ErrIdentityMismatch) {
 		return fmt.Errorf("sidecar: %w", err)
 	}
 

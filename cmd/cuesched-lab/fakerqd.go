@@ -21,6 +21,7 @@ import (
 	"github.com/cuesched/cuesched/shared/daemon"
 	"github.com/cuesched/cuesched/shared/logging"
 	"github.com/cuesched/cuesched/shared/metrics"
+	"github.com/cuesched/cuesched/shared/redact"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotemu"
 	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
 )
@@ -94,12 +95,12 @@ func runFakeRQD(ctx context.Context, c *cli.Env, args []string) int {
 	if o.complete {
 		dsn, err := cli.WithAppName(o.dbURL, appname.RoleFakeRQD, cli.InstanceName(""))
 		if err != nil {
-			fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
+			fmt.Fprintf(c.Stderr, "%s: %v\n", name, redact.Error(err, o.dbURL))
 			return 2
 		}
 		pool, err := pgxpool.New(ctx, dsn)
 		if err != nil {
-			fmt.Fprintf(c.Stderr, "%s: database: %v\n", name, err)
+			fmt.Fprintf(c.Stderr, "%s: database: %v\n", name, redact.Error(err, dsn))
 			return 2
 		}
 		defer pool.Close()
@@ -107,7 +108,7 @@ func runFakeRQD(ctx context.Context, c *cli.Env, args []string) int {
 		err = pool.Ping(pctx)
 		cancel()
 		if err != nil {
-			fmt.Fprintf(c.Stderr, "%s: database: %v\n", name, err)
+			fmt.Fprintf(c.Stderr, "%s: database: %v\n", name, redact.Error(err, dsn))
 			return 1
 		}
 		d.Health.SetCheck("database", func() error {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cuesched/cuesched/migrations"
+	"github.com/cuesched/cuesched/shared/redact"
 )
 
 // migrateGroup is "cuesched migrate": flags may come before or after the
@@ -104,7 +105,7 @@ func migrateAction(action string) func(ctx context.Context, c *cli.Env, args []s
 		}
 		conn, err := pgx.Connect(ctx, v.DBURL)
 		if err != nil {
-			fmt.Fprintf(c.Stderr, "%s: connect to the database (%s): %v\n", name, v.Source[cli.KeyDatabaseURL], err)
+			fmt.Fprintf(c.Stderr, "%s: connect to the database (%s): %v\n", name, v.Source[cli.KeyDatabaseURL], redact.Error(err, v.DBURL))
 			return 1
 		}
 		defer conn.Close(context.WithoutCancel(ctx))
@@ -154,6 +155,9 @@ func migratePlan(ctx context.Context, w io.Writer, conn *pgx.Conn, baseline bool
 			}
 			fmt.Fprintf(w, "-- WARNING: up would stop at preflight:\n-- %s\n", strings.ReplaceAll(err.Error(), "\n", "\n-- "))
 		}
+		if err := warnSlotWAL(ctx, w, conn, "-- "); err != nil {
+			return err
+		}
 		var err error
 		if pending, err = migrations.Plan(ctx, conn); err != nil {
 			return err
@@ -192,6 +196,9 @@ func migrateUp(ctx context.Context, w io.Writer, conn *pgx.Conn, baseline bool) 
 	if err := migrations.Preflight(ctx, conn); err != nil {
 		return err
 	}
+	if err := warnSlotWAL(ctx, w, conn, ""); err != nil {
+		return err
+	}
 	applied, err := migrations.Up(ctx, conn)
 	for _, s := range applied {
 		fmt.Fprintf(w, "applied %s\n", s)
@@ -203,6 +210,19 @@ func migrateUp(ctx context.Context, w io.Writer, conn *pgx.Conn, baseline bool) 
 		fmt.Fprintln(w, "nothing to apply: the database is up to date")
 	} else {
 		fmt.Fprintf(w, "%d step(s) applied\n", len(applied))
+	}
+	return nil
+}
+
+// warnSlotWAL prints the preflight's warning about an unlimited
+// max_slot_wal_keep_size (it does not stop the rollout).
+func warnSlotWAL(ctx context.Context, w io.Writer, conn *pgx.Conn, prefix string) error {
+	st, err := migrations.Status(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if m := st.SlotWALWarning(); m != "" {
+		fmt.Fprintf(w, "%sWARNING: %s\n", prefix, m)
 	}
 	return nil
 }

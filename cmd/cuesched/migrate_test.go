@@ -69,8 +69,16 @@ func TestMigratePlanUpStatus(t *testing.T) {
 	if !strings.Contains(out, "ALTER TABLE proc REPLICA IDENTITY FULL") || !strings.Contains(out, "no transaction") {
 		t.Errorf("plan output:\n%s", out)
 	}
-	if strings.Contains(out, "WARNING") {
+	if strings.Contains(out, "up would stop at preflight") {
 		t.Errorf("plan warned on a good database:\n%s", out)
+	}
+	// The preflight warns about an unlimited max_slot_wal_keep_size (the
+	// stock default) and gives a value; the test server bounds it.
+	keep := pgSetting(t, url, "max_slot_wal_keep_size")
+	slotWarned := strings.Contains(out, "-- WARNING: max_slot_wal_keep_size is -1 (unlimited)") &&
+		strings.Contains(out, "ALTER SYSTEM SET max_slot_wal_keep_size = '20GB'")
+	if slotWarned != (keep == "-1") {
+		t.Errorf("plan with max_slot_wal_keep_size %s: slot WAL warning %v\n%s", keep, slotWarned, out)
 	}
 
 	// status before: everything pending, not ready.
@@ -93,6 +101,9 @@ func TestMigratePlanUpStatus(t *testing.T) {
 	if !strings.Contains(out, fmt.Sprintf("%d step(s) applied", len(steps))) {
 		t.Errorf("up output:\n%s", out)
 	}
+	if strings.Contains(out, "WARNING: max_slot_wal_keep_size is -1") != (keep == "-1") {
+		t.Errorf("up with max_slot_wal_keep_size %s: slot WAL warning?\n%s", keep, out)
+	}
 
 	// up again: nothing to do; plan says so too.
 	code, out, _ = runMigrateT(t, nil, "up", "--database-url", url)
@@ -111,7 +122,7 @@ func TestMigratePlanUpStatus(t *testing.T) {
 		"b_scheduler_managed: yes (0 managed show(s))", "proc replica identity: full",
 		"cuesched_proc        ok: proc [insert, delete, truncate]",
 		"cuesched_hostcache   ok: alloc, facility, folder_resource, host, host_stat, host_tag, job_resource, show, subscription [insert, update, delete, truncate]",
-		"wal_level            logical", "role can replicate   yes", "status: ready",
+		"wal_level            logical", "max_slot_wal_keep_size " + keep, "role can replicate   yes", "status: ready",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q", want)
@@ -250,4 +261,19 @@ func TestMigrateUsage(t *testing.T) {
 			t.Errorf("migrate %q: exit %d, stderr %q; want exit %d and %q", tc.args, code, errs, tc.code, tc.msg)
 		}
 	}
+}
+
+// pgSetting reads a server setting.
+func pgSetting(t *testing.T, url, name string) string {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var v string
+	if err := conn.QueryRow(context.Background(), "SELECT current_setting($1)", name).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

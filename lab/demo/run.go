@@ -80,7 +80,7 @@ func Run(ctx context.Context, o Options) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	reg := prometheus.NewRegistry()
-	msrv, err := metrics.Serve("127.0.0.1:0", reg, metrics.NewHealth(), o.Logger)
+	msrv, err := metrics.Serve("127.0.0.1:0", reg, metrics.NewHealth(), o.Logger, metrics.ServeOptions{})
 	if err != nil {
 		return err
 	}

@@ -161,11 +161,10 @@ type timeline struct {
 }
 
 type subUse struct {
-	size, burst      int64
-	peak             float64 // max cores ÷ size
-	above            time.Duration
-	peakCores        int64
-	othersWaitedThen bool // another show of the allocation had frames waiting while this one was above its size
+	size, burst int64
+	peak        float64 // max cores ÷ size
+	above       time.Duration
+	peakCores   int64
 }
 
 // bindingPhases splits the run into spans with one binding hold.
@@ -345,13 +344,6 @@ func writeStory(out io.Writer, tl *timeline, reg prometheus.Gatherer, wideJob st
 	if n := metricSum(fams, "scheduler_layer_spread_capped_total", nil); n > 0 {
 		fmt.Fprintf(out, "    layer spread: %.0f times a layer was held to a quarter of a host\n", n)
 	}
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -5,8 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -67,5 +67,8 @@ func goTool() string {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p
 	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
+	if out, err := exec.Command("go", "env", "GOROOT").Output(); err == nil {
+		return filepath.Join(strings.TrimSpace(string(out)), "bin", "go")
+	}
+	return "go"
 }

@@ -1,9 +1,5 @@
 package accounting
 
-// The booking gate of this instance and the watch of the Redis epoch and
-// its lineage that closes it when Redis is emptied, re-bootstrapped or
-// rolled back.
-
 import (
 	"context"
 	"errors"
@@ -12,6 +8,10 @@ import (
 
 	"github.com/cuesched/cuesched/publisher"
 )
+
+// The booking gate of this instance, the binding of the accounting Redis
+// to this database, and the watch of the Redis epoch and its lineage that
+// closes the gate when Redis is emptied, re-bootstrapped or rolled back.
 
 // IsLeader reports whether this instance currently runs the loops.
 func (s *Service) IsLeader() bool { return s.isLeader.Load() }
@@ -85,6 +85,9 @@ func (s *Service) watchEpoch(ctx context.Context) {
 }
 
 func (s *Service) checkEpoch(ctx context.Context) string {
+	if err := s.identityGuard(ctx, false); errors.Is(err, publisher.ErrIdentityMismatch) {
+		return ""
+	}
 	// The high-water mark is read before the state: a booking acknowledged
 	// after the read cannot make a live Redis look rolled back.
 	hw, term := s.pub.SeqMark()
@@ -170,4 +173,47 @@ func (s *Service) rolledBack(ctx context.Context, st publisher.State, kind, why 
 	default:
 		s.log.Info("accounting state rolled back, but it was re-bootstrapped meanwhile", "reason", why)
 	}
+}
+
+// CheckIdentity returns a *publisher.IdentityMismatchError when the
+// accounting Redis is bound to another database than this pool's (nil when
+// it is bound to this one or not bound yet). The scheduler refuses to start
+// on a mismatch; Run keeps checking it with every gate check.
+func (s *Service) CheckIdentity(ctx context.Context) error { return s.identityGuard(ctx, false) }
+
+// identityGuard checks the accounting keyspace's binding against this
+// database (bind: binds it first when unbound, as the bootstrap does). A
+// mismatch closes the booking gate and stops every loop that writes Redis
+// until it is resolved; it is logged once per occurrence.
+func (s *Service) identityGuard(ctx context.Context, bind bool) error {
+	id := s.identity.Load()
+	if id == nil {
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		v, err := publisher.DatabaseIdentity(qctx, s.st.pool)
+		cancel()
+		if err != nil {
+			return err
+		}
+		id = &v
+		s.identity.Store(id)
+	}
+	var err error
+	if bind {
+		err = s.pub.BindIdentity(ctx, *id)
+	} else {
+		err = s.pub.CheckIdentity(ctx, *id)
+	}
+	if errors.Is(err, publisher.ErrIdentityMismatch) {
+		s.m.foreign.Set(1)
+		s.setGate(false, "accounting: "+err.Error())
+		if !s.foreign.Swap(true) {
+			s.log.Error("REFUSING THE ACCOUNTING REDIS: it accounts for another database; booking stays paused", "error", err)
+		}
+		return err
+	}
+	if err == nil && s.foreign.Swap(false) {
+		s.m.foreign.Set(0)
+		s.log.Info("the accounting Redis is no longer bound to another database", "identity", id.String())
+	}
+	return err
 }

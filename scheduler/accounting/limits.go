@@ -23,6 +23,9 @@ import (
 func (s *Service) ReseedShowLimits(ctx context.Context, shows []string) error {
 	start := time.Now()
 	err := func() error {
+		if err := s.identityGuard(ctx, false); errors.Is(err, publisher.ErrIdentityMismatch) {
+			return err
+		}
 		epoch, err := s.pub.Epoch(ctx)
 		if err != nil {
 			return err
@@ -87,6 +90,9 @@ func (s *Service) limitCycle(ctx context.Context, fence func(context.Context) er
 func (s *Service) reseedLimits(ctx context.Context, fence func(context.Context) error) error {
 	start := time.Now()
 	err := func() error {
+		if err := s.identityGuard(ctx, false); errors.Is(err, publisher.ErrIdentityMismatch) {
+			return err
+		}
 		managed, err := s.st.managedShows(ctx)
 		if err != nil {
 			return err

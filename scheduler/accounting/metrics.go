@@ -21,6 +21,7 @@ type metrics struct {
 	paused            prometheus.Gauge
 	bootstraps        prometheus.Counter
 	rollbacks         *prometheus.CounterVec
+	foreign           prometheus.Gauge
 }
 
 var loopBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
@@ -81,6 +82,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "scheduler_accounting_rollbacks_detected_total",
 			Help: "Times this instance found the Redis accounting state rolled back and closed it for booking until the re-bootstrap: kind seq (acct:seq below what it saw acknowledged under the same epoch) or epoch (an epoch older than the one it knew).",
 		}, []string{"kind"}),
+		foreign: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "scheduler_accounting_identity_mismatch",
+			Help: "1 while the accounting Redis is bound to another database (acct:identity): booking and every accounting loop refuse it.",
+		}),
 		bootstraps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "scheduler_accounting_bootstraps_total",
 			Help: "Full bootstraps run by this instance (startup on an empty Redis, or Redis restarted).",
@@ -104,7 +109,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.paused.Set(1)
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.recomputeCycles, m.recomputeRetries, m.recomputeDuration, m.reseedCycles,
-			m.reseedDuration, m.drift, m.records, m.pgRows, m.leader, m.unseeded, m.unattended, m.paused, m.bootstraps, m.rollbacks} {
+			m.reseedDuration, m.drift, m.records, m.pgRows, m.leader, m.unseeded, m.unattended, m.paused, m.bootstraps, m.rollbacks, m.foreign} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -114,6 +114,11 @@ type Service struct {
 
 	warnedUnattended atomic.Bool
 
+	// identity is this database's (read once); foreign is set while the
+	// accounting Redis is bound to another database.
+	identity atomic.Pointer[publisher.Identity]
+	foreign  atomic.Bool
+
 	hooks hooks
 }
 
@@ -253,6 +258,9 @@ func (s *Service) checkSidecar(ctx context.Context, managed int) {
 }
 
 func (s *Service) syncManaged(ctx context.Context, fence func(context.Context) error) (bootstrapped bool, err error) {
+	if err := s.identityGuard(ctx, false); errors.Is(err, publisher.ErrIdentityMismatch) {
+		return false, err
+	}
 	epoch, err := s.pub.Epoch(ctx)
 	if err != nil {
 		s.setGate(false, "accounting: Redis unreachable: "+err.Error())
@@ -352,6 +360,11 @@ func (s *Service) bootstrap(ctx context.Context, fence func(context.Context) err
 	// The term fence: from here only this bootstrap's markers and epoch are
 	// accepted (a stalled former leader's are refused by the seed script).
 	err = fence(ctx)
+	if err == nil {
+		// Bind the keyspace to this database first: a Redis that
+		// accounts for another one is refused, never re-seeded.
+		err = s.identityGuard(ctx, true)
+	}
 	if err == nil {
 		err = s.pub.BeginBootstrap(ctx, epoch)
 	}
@@ -547,6 +560,9 @@ func (s *Service) recompute(ctx context.Context, only []string, fence func(conte
 var errSkipped = errors.New("skipped")
 
 func (s *Service) recomputeInner(ctx context.Context, only []string, fence func(context.Context) error) error {
+	if err := s.identityGuard(ctx, false); errors.Is(err, publisher.ErrIdentityMismatch) {
+		return err
+	}
 	epoch, err := s.pub.Epoch(ctx)
 	if err != nil {
 		return err

@@ -34,8 +34,8 @@ func TestSilentHostProcsGauge(t *testing.T) {
 	j := job(s.Job(ctx, spec(sh, "alpha_job")))
 	lj := job(s.Job(ctx, spec(legacy, "legacy_job")))
 	old := []string{
-		str(s.Proc(ctx, farmseed.ProcSpec{Host: silent, Frame: j.Layers[0].Frames[0], Cores: 1, MemKB: farmseed.GB})), // counted
-		str(s.Proc(ctx, farmseed.ProcSpec{Host: alive, Frame: j.Layers[0].Frames[1], Cores: 1, MemKB: farmseed.GB})),  // host reports
+		str(s.Proc(ctx, farmseed.ProcSpec{Host: silent, Frame: j.Layers[0].Frames[0], Cores: 1, MemKB: farmseed.GB})),  // counted
+		str(s.Proc(ctx, farmseed.ProcSpec{Host: alive, Frame: j.Layers[0].Frames[1], Cores: 1, MemKB: farmseed.GB})),   // host reports
 		str(s.Proc(ctx, farmseed.ProcSpec{Host: silent, Frame: lj.Layers[0].Frames[0], Cores: 1, MemKB: farmseed.GB})), // not managed
 	}
 	str(s.Proc(ctx, farmseed.ProcSpec{Host: silent, Frame: j.Layers[0].Frames[2], Cores: 1, MemKB: farmseed.GB})) // young

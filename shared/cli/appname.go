@@ -2,11 +2,12 @@ package cli
 
 import (
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 
 	"github.com/cuesched/cuesched/shared/appname"
+
+	"github.com/cuesched/cuesched/shared/redact"
 )
 
 // InstanceName is how this process names itself in logs, application_name
@@ -28,7 +29,7 @@ func InstanceName(configured string) string {
 func WithAppName(dsn, role, instance string) (string, error) {
 	name := appname.Format(role, instance)
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
+		u, err := redact.ParseURL(dsn)
 		if err != nil {
 			return "", fmt.Errorf("database.url: %w", err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/shared/config"
+	"github.com/cuesched/cuesched/shared/redact"
 )
 
 // Connection settings. Every command that connects reads each setting the
@@ -162,7 +163,7 @@ type Conns struct {
 func OpenConns(ctx context.Context, c *Env, name string, v ConnValues, maxConns int32) (*Conns, int) {
 	pcfg, err := pgxpool.ParseConfig(v.DBURL)
 	if err != nil {
-		fmt.Fprintf(c.Stderr, "%s: database URL (%s): %v\n", name, v.Source[KeyDatabaseURL], err)
+		fmt.Fprintf(c.Stderr, "%s: database URL (%s): %v\n", name, v.Source[KeyDatabaseURL], redact.Error(err, v.DBURL))
 		return nil, 2
 	}
 	if pcfg.ConnConfig.RuntimeParams["application_name"] == "" {
@@ -178,7 +179,7 @@ func OpenConns(ctx context.Context, c *Env, name string, v ConnValues, maxConns 
 	if v.RedisURL != "" || v.Master != "" {
 		rdb, err := publisher.NewClient(publisher.ClientConfig{URL: v.RedisURL, MasterName: v.Master, SentinelAddrs: v.Sentinels, PoolSize: 4})
 		if err != nil {
-			fmt.Fprintf(c.Stderr, "%s: Redis (%s): %v\n", name, v.RedisSource(), err)
+			fmt.Fprintf(c.Stderr, "%s: Redis (%s): %v\n", name, v.RedisSource(), redact.Error(err, v.RedisURL))
 			return nil, 2
 		}
 		closers = append(closers, func() { _ = rdb.Close() })
@@ -191,7 +192,7 @@ func OpenConns(ctx context.Context, c *Env, name string, v ConnValues, maxConns 
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		cn.Close()
-		fmt.Fprintf(c.Stderr, "%s: database (%s): %v\n", name, v.Source[KeyDatabaseURL], err)
+		fmt.Fprintf(c.Stderr, "%s: database (%s): %v\n", name, v.Source[KeyDatabaseURL], redact.Error(err, v.DBURL))
 		return nil, 1
 	}
 	closers = append(closers, pool.Close)
@@ -201,8 +202,23 @@ func OpenConns(ctx context.Context, c *Env, name string, v ConnValues, maxConns 
 	cancel()
 	if err != nil {
 		cn.Close()
-		fmt.Fprintf(c.Stderr, "%s: connect to the database (%s): %v\n", name, v.Source[KeyDatabaseURL], err)
+		fmt.Fprintf(c.Stderr, "%s: connect to the database (%s): %v\n", name, v.Source[KeyDatabaseURL], redact.Error(err, v.DBURL))
 		return nil, 1
+	}
+	if cn.Pub != nil {
+		// The tools read and write the accounting of this database only:
+		// a Redis bound to another one is refused.
+		ictx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		id, err := publisher.DatabaseIdentity(ictx, pool)
+		if err == nil {
+			err = cn.Pub.CheckIdentity(ictx, id)
+		}
+		cancel()
+		if err != nil {
+			cn.Close()
+			fmt.Fprintf(c.Stderr, "%s: %v\n", name, redact.Error(err, v.DBURL, v.RedisURL))
+			return nil, 1
+		}
 	}
 	return cn, 0
 }

@@ -315,8 +315,16 @@ type Logging struct {
 
 // Metrics is the HTTP endpoint for /metrics, /healthz and /readyz.
 type Metrics struct {
-	// Listen is host:port; empty disables the endpoint.
+	// Listen is host:port; empty disables the endpoint. The default,
+	// :9090, is every interface, for a Prometheus on another host: secure
+	// it with WebConfigFile or a firewall, or bind 127.0.0.1.
 	Listen string `yaml:"listen"`
+	// WebConfigFile is a Prometheus exporter-toolkit web configuration
+	// file (tls_server_config, basic_auth_users); empty: plain HTTP
+	// without authentication.
+	WebConfigFile string `yaml:"web_config_file"`
+	// MaxConnections caps the connections served at once.
+	MaxConnections int `yaml:"max_connections"`
 }
 
 // Default returns the configuration with every default filled in.
@@ -408,6 +416,6 @@ func Default() Config {
 			RecreateLostSlot: true,
 		},
 		Logging: Logging{Level: "info", Format: "text"},
-		Metrics: Metrics{Listen: ":9090"},
+		Metrics: Metrics{Listen: ":9090", MaxConnections: 64},
 	}
 }

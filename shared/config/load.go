@@ -10,7 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/cuesched/cuesched/shared/redact"
 )
 
 // Error is a configuration error that names where it came from.
@@ -21,15 +23,17 @@ type Error struct {
 	Msg  string
 }
 
+// Error never quotes a password: a value that was a URL or DSN is redacted.
 func (e *Error) Error() string {
+	msg := redact.URL(e.Msg)
 	loc := e.File
 	if e.Line > 0 {
 		loc = fmt.Sprintf("%s:%d", e.File, e.Line)
 	}
 	if e.Key == "" {
-		return fmt.Sprintf("config %s: %s", loc, e.Msg)
+		return fmt.Sprintf("config %s: %s", loc, msg)
 	}
-	return fmt.Sprintf("config %s: key %q: %s", loc, e.Key, e.Msg)
+	return fmt.Sprintf("config %s: key %q: %s", loc, e.Key, msg)
 }
 
 // Load reads the file at path (if path is non-empty) over the defaults, then
@@ -371,6 +375,9 @@ func (c Config) Validate() error {
 	}
 	if len(c.Sidecar.Publications) == 0 {
 		return bad("sidecar.publications", "must name at least one publication")
+	}
+	if c.Metrics.MaxConnections < 1 {
+		return bad("metrics.max_connections", "must be at least 1")
 	}
 	return c.checkDispatchBudget()
 }

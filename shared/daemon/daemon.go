@@ -33,6 +33,7 @@ type Daemon struct {
 	// SIGTERM before returning an error.
 	DrainTimeout time.Duration
 	toggle       *logging.DebugToggle
+	web          *metrics.WebConfig
 }
 
 // New builds the logger and registry from cfg.
@@ -41,7 +42,14 @@ func New(name string, cfg config.Config, logOut io.Writer, build metrics.Build) 
 	if err != nil {
 		return nil, err
 	}
+	var web *metrics.WebConfig
+	if cfg.Metrics.WebConfigFile != "" {
+		if web, err = metrics.LoadWebConfig(cfg.Metrics.WebConfigFile); err != nil {
+			return nil, fmt.Errorf("metrics.web_config_file: %w", err)
+		}
+	}
 	return &Daemon{
+		web:          web,
 		Name:         name,
 		Config:       cfg,
 		Logger:       logger,
@@ -62,7 +70,8 @@ func (d *Daemon) Run(parent context.Context, fn func(ctx context.Context) error)
 
 	var srv *metrics.Server
 	if d.Config.Metrics.Listen != "" {
-		s, err := metrics.Serve(d.Config.Metrics.Listen, d.Registry, d.Health, d.Logger.Named("http"))
+		s, err := metrics.Serve(d.Config.Metrics.Listen, d.Registry, d.Health, d.Logger.Named("http"),
+			metrics.ServeOptions{MaxConnections: d.Config.Metrics.MaxConnections, Web: d.web})
 		if err != nil {
 			return err
 		}

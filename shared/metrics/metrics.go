@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 )
 
 // Build identifies the binary in cuesched_build_info.
@@ -110,20 +111,71 @@ type Server struct {
 	ln  net.Listener
 }
 
+// Endpoint limits (ServeOptions' zero values).
+const (
+	DefaultMaxConnections    = 64
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
+	DefaultIdleTimeout       = 60 * time.Second
+)
+
+// ServeOptions bound the endpoint and secure it.
+type ServeOptions struct {
+	// MaxConnections caps the connections served at once; more wait in
+	// the kernel's accept queue (0: DefaultMaxConnections).
+	MaxConnections int
+	// Timeouts of the http.Server (0: the defaults above). IdleTimeout
+	// closes a keep-alive connection that sent no request for that long.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// Web is the TLS and basic-auth configuration (nil: plain HTTP, no
+	// authentication).
+	Web *WebConfig
+}
+
 // Serve listens on addr (host:port; port 0 picks a free one) and serves in the
 // background until Shutdown.
-func Serve(addr string, reg *prometheus.Registry, h *Health, logger hclog.Logger) (*Server, error) {
+func Serve(addr string, reg *prometheus.Registry, h *Health, logger hclog.Logger, o ServeOptions) (*Server, error) {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	def(&o.ReadTimeout, DefaultReadTimeout)
+	def(&o.WriteTimeout, DefaultWriteTimeout)
+	def(&o.IdleTimeout, DefaultIdleTimeout)
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = DefaultMaxConnections
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
 	}
-	s := &Server{ln: ln, srv: &http.Server{Handler: Handler(reg, h), ReadHeaderTimeout: 10 * time.Second}}
+	s := &Server{ln: ln, srv: &http.Server{
+		Handler:           o.Web.wrap(Handler(reg, h)),
+		ReadHeaderTimeout: o.ReadHeaderTimeout,
+		ReadTimeout:       o.ReadTimeout,
+		WriteTimeout:      o.WriteTimeout,
+		IdleTimeout:       o.IdleTimeout,
+		TLSConfig:         o.Web.TLS(),
+		ErrorLog:          logger.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
+	}}
+	limited := netutil.LimitListener(ln, o.MaxConnections)
+	tlsOn := s.srv.TLSConfig != nil // read before Serve* owns the server
 	go func() {
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if tlsOn {
+			err = s.srv.ServeTLS(limited, "", "")
+		} else {
+			err = s.srv.Serve(limited)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("metrics endpoint stopped", "error", err)
 		}
 	}()
-	logger.Info("serving /metrics, /healthz, /readyz", "addr", ln.Addr().String())
+	logger.Info("serving /metrics, /healthz, /readyz", "addr", ln.Addr().String(), "tls", tlsOn,
+		"basic_auth", o.Web != nil && len(o.Web.BasicAuthUsers) > 0, "max_connections", o.MaxConnections)
 	return s, nil
 }
 

@@ -29,7 +29,7 @@ func TestEndpoints(t *testing.T) {
 	reg.MustRegister(c)
 	c.Add(3)
 	h := NewHealth()
-	srv, err := Serve("127.0.0.1:0", reg, h, hclog.NewNullLogger())
+	srv, err := Serve("127.0.0.1:0", reg, h, hclog.NewNullLogger(), ServeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

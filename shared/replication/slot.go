@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cuesched/cuesched/shared/redact"
 )
 
 var (
@@ -32,6 +34,11 @@ var (
 	// re-created with a snapshot (changes not yet acknowledged are covered by
 	// the new snapshot, so nothing is lost).
 	ErrResync = errors.New("consumer requested a resynchronisation from a new snapshot")
+
+	// ErrRefused, returned (wrapped) by a Consumer method, stops Run for
+	// good: the consumer found a condition no retry can fix (e.g. its
+	// target belongs to another database). Run returns it.
+	ErrRefused = errors.New("consumer refuses to stream")
 
 	errConfig = errors.New("replication: invalid configuration")
 )
@@ -189,7 +196,7 @@ func classifyPG(err error) error {
 func replicationConfig(connString, appName string) (*pgconn.Config, error) {
 	cfg, err := pgconn.ParseConfig(connString)
 	if err != nil {
-		return nil, fmt.Errorf("%w: connection string: %w", errConfig, err)
+		return nil, fmt.Errorf("%w: connection string: %w", errConfig, redact.Error(err, connString))
 	}
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}

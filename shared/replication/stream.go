@@ -316,7 +316,7 @@ func isFatal(err error) bool {
 	if errors.Is(err, ErrSlotBusy) {
 		return false
 	}
-	if errors.Is(err, ErrSlotMissing) || errors.Is(err, ErrSlotLost) || errors.Is(err, errConfig) {
+	if errors.Is(err, ErrSlotMissing) || errors.Is(err, ErrSlotLost) || errors.Is(err, errConfig) || errors.Is(err, ErrRefused) {
 		return true
 	}
 	var pgErr *pgconn.PgError

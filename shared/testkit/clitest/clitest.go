@@ -15,10 +15,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/cuesched/cuesched/shared/cli"
+	"github.com/cuesched/cuesched/shared/testkit/redacttest"
 )
 
 // Binary is the program under test.
@@ -31,6 +33,18 @@ type Binary struct {
 	// MinEnvCommands is how many leaves at least name a connection
 	// variable in their usage.
 	MinEnvCommands int
+	// ConnectArgs are the arguments that make a leaf use its connection
+	// settings, for NoSecretInOutput (nil: Positionals).
+	ConnectArgs func(path string) []string
+}
+
+// RunContext runs the entry point with env until ctx ends; the output
+// buffers are safe for a command that logs from several goroutines.
+func (b Binary) RunContext(ctx context.Context, env map[string]string, args ...string) (int, string, string) {
+	out, errb := &SyncBuffer{}, &SyncBuffer{}
+	c := &cli.Env{Stdout: out, Stderr: errb, Getenv: func(k string) string { return env[k] }, Logger: hclog.NewNullLogger()}
+	code := b.Program.Run(ctx, c, args)
+	return code, out.String(), errb.String()
 }
 
 // Run runs the binary's entry point with captured output.
@@ -78,6 +92,77 @@ func CheckAll(t *testing.T, b Binary) {
 	t.Run("TopLevelUsage", func(t *testing.T) { t.Parallel(); TopLevelUsage(t, b) })
 	t.Run("UnknownFlag", func(t *testing.T) { t.Parallel(); UnknownFlag(t, b) })
 	t.Run("UsageEnvIsRead", func(t *testing.T) { t.Parallel(); UsageEnvIsRead(t, b) })
+	t.Run("NoSecretInOutput", func(t *testing.T) { t.Parallel(); NoSecretInOutput(t, b) })
+}
+
+// NoSecretInOutput: every leaf that takes connection settings (--config,
+// --database-url), fed malformed or unreachable database and Redis URLs
+// that carry a password (redacttest.Cases) in the environment, in --config
+// FILE and in its flags, fails without printing the password anywhere.
+// A leaf without such flags reads no connection setting (UsageEnvIsRead
+// holds it to what its usage names) and is run with them in its
+// environment only when it takes no time (version).
+func NoSecretInOutput(t *testing.T, b Binary) {
+	name := b.Program.Name
+	dir := t.TempDir()
+	args := b.ConnectArgs
+	if args == nil {
+		args = b.Positionals
+	}
+	if args == nil {
+		args = func(string) []string { return nil }
+	}
+	paths, leaf := b.Paths()
+	runs := 0
+	check := func(env map[string]string, limit time.Duration, mustFail bool, what string, argv []string) {
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
+		defer cancel()
+		code, out, errOut := b.RunContext(ctx, env, argv...)
+		label := name + " " + strings.Join(argv, " ") + " (" + what + ")"
+		redacttest.CheckOutput(t, label, out+errOut)
+		if mustFail && code == 0 {
+			t.Errorf("%s: exit 0 with unusable connection settings", label)
+		}
+		runs++
+	}
+	for _, p := range paths {
+		if !leaf[p.String()] {
+			continue
+		}
+		_, usage, _ := b.Run(nil, append(append([]string{}, p...), "-h")...)
+		hasConfig := strings.Contains(usage, "\n  -config ")
+		hasDB := strings.Contains(usage, "\n  -database-url ")
+		hasRedis := strings.Contains(usage, "\n  -redis-url ")
+		if !hasConfig && !hasDB {
+			if p.String() == "version" {
+				check(redacttest.Cases()[0].Env(), time.Minute, false, "environment", p)
+			}
+			continue
+		}
+		base := append(append([]string{}, p...), args(p.String())...)
+		for _, c := range redacttest.Cases() {
+			// A daemon given two well-formed URLs retries until its
+			// deadline: its output so far is checked all the same.
+			limit := time.Minute
+			if c.Unreachable {
+				limit = 3 * time.Second
+			}
+			check(c.Env(), limit, !c.Unreachable, c.Name+", environment", base)
+			if hasConfig {
+				check(nil, limit, !c.Unreachable, c.Name+", --config", append(append([]string{}, base...), "--config", c.ConfigFile(t, dir)))
+			}
+			if hasDB {
+				fl := c.Flags()
+				if !hasRedis {
+					fl = fl[:2]
+				}
+				check(nil, limit, !c.Unreachable, c.Name+", flags", append(append([]string{}, base...), fl...))
+			}
+		}
+	}
+	if runs < len(redacttest.Cases()) {
+		t.Errorf("only %d runs: no command of %s takes connection settings?", runs, name)
+	}
 }
 
 // HelpEveryCommand: -h, --help and "help <path>" print the path's usage.

@@ -169,12 +169,14 @@ func (p *Postgres) start(ctx context.Context) error {
 		p.port = port
 	}
 	settings := map[string]string{
-		"listen_addresses":         "127.0.0.1",
-		"port":                     strconv.Itoa(p.port),
-		"unix_socket_directories":  p.dir,
-		"wal_level":                p.opts.WALLevel,
-		"max_wal_senders":          "64",
-		"max_replication_slots":    "64",
+		"listen_addresses":        "127.0.0.1",
+		"port":                    strconv.Itoa(p.port),
+		"unix_socket_directories": p.dir,
+		"wal_level":               p.opts.WALLevel,
+		"max_wal_senders":         "64",
+		"max_replication_slots":   "64",
+		// Bounded, as the operator guide asks (migrate warns at -1).
+		"max_slot_wal_keep_size":   "8GB",
 		"max_connections":          "400",
 		"shared_preload_libraries": "pg_stat_statements",
 		"fsync":                    "off",
