@@ -412,7 +412,7 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 	limit := m.spreadLimit(m.cfg.Policy.FrameCores(l.Shape), t.solo)
 	remaining := l.Frames
 	attempts := 0
-	idle := false // a host took nothing: do not spin on this layer
+	idle := false        // a host took nothing: do not spin on this layer
 	var watch jobs.Watch // of the last miss
 	var refused []string // hosts the booking script found reserved for others
 	for !idle && attempts < m.cfg.Attempts && len(remaining) > 0 && ctx.Err() == nil {
