@@ -7,6 +7,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cuesched/cuesched/shared/daemon"
 )
 
 // ReviveDeniedSQL puts back to WAITING the DEAD frames of scheduler-managed
@@ -67,25 +69,14 @@ func (r DenialReviver) Run(ctx context.Context) error {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	t := time.NewTicker(iv)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		if r.Leader != nil && !r.Leader() {
-			continue
-		}
-		qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	daemon.EveryWhileLeader(ctx, iv, 30*time.Second, r.Leader, func(qctx context.Context) {
 		n, err := ReviveDenied(qctx, r.Pool)
-		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil:
 			log.Warn("reviving frames dead of a licence denial failed", "error", err)
 		case n > 0:
 			log.Info("frames dead of a licence denial put back to WAITING", "frames", n)
 		}
-	}
+	})
+	return nil
 }

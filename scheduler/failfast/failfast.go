@@ -39,6 +39,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cuesched/cuesched/shared/daemon"
 )
 
 // Config tunes the judgement (queue.fail_fast_*).
@@ -163,20 +165,8 @@ func (l Loop) Run(ctx context.Context) error {
 	if iv <= 0 {
 		iv = 2 * time.Second
 	}
-	t := time.NewTicker(iv)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		if l.Leader != nil && !l.Leader() {
-			continue
-		}
-		qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	daemon.EveryWhileLeader(ctx, iv, 30*time.Second, l.Leader, func(qctx context.Context) {
 		held, err := Judge(qctx, l.Pool, l.Config)
-		cancel()
 		if err != nil && ctx.Err() == nil {
 			log.Warn("fail-fast judgement failed", "error", err)
 		}
@@ -186,5 +176,6 @@ func (l Loop) Run(ctx context.Context) error {
 				l.Held(h)
 			}
 		}
-	}
+	})
+	return nil
 }
