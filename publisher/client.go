@@ -2,10 +2,13 @@ package publisher
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/cuesched/cuesched/shared/config"
 
 	"github.com/redis/go-redis/v9"
 
@@ -22,8 +25,25 @@ type ClientConfig struct {
 	// MasterName and SentinelAddrs select Sentinel.
 	MasterName    string
 	SentinelAddrs []string
+	// SentinelUsername and SentinelPassword authenticate to the Sentinels.
+	SentinelUsername, SentinelPassword string
+	// TLS, when set, is used for the primary and the Sentinels (a rediss://
+	// URL brings its own otherwise).
+	TLS *tls.Config
 	// PoolSize bounds connections (0 = go-redis default, 10 per CPU).
 	PoolSize int
+}
+
+// ClientConfigFrom is the client configuration of a daemon's accounting
+// section: URL or Sentinel, Sentinel credentials, TLS (its files are read
+// now; an error names the key).
+func ClientConfigFrom(a config.Accounting) (ClientConfig, error) {
+	t, err := a.RedisTLS.Client("accounting.redis_tls")
+	if err != nil {
+		return ClientConfig{}, err
+	}
+	return ClientConfig{URL: a.RedisURL, MasterName: a.SentinelMaster, SentinelAddrs: a.SentinelAddrs,
+		SentinelUsername: a.SentinelUsername, SentinelPassword: a.SentinelPassword, TLS: t, PoolSize: a.RedisPoolSize}, nil
 }
 
 // NewClient returns a universal client: a *redis.Client for a single node,
@@ -48,8 +68,12 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 		}
 		opts.MasterName = cfg.MasterName
 		opts.Addrs = cfg.SentinelAddrs
+		opts.SentinelUsername, opts.SentinelPassword = cfg.SentinelUsername, cfg.SentinelPassword
 	} else if len(cfg.SentinelAddrs) > 0 {
 		return nil, errors.New("redis sentinel: sentinel addresses given without a master name")
+	}
+	if cfg.TLS != nil {
+		opts.TLSConfig = cfg.TLS
 	}
 	if len(opts.Addrs) == 0 {
 		return nil, errors.New("redis: no URL and no sentinel configured")

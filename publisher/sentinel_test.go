@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cuesched/cuesched/shared/config"
+
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
@@ -35,7 +37,8 @@ func TestSentinelFromOneConfig(t *testing.T) {
 	}
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf")
-	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor acct 127.0.0.1 %d 1\n", port, dir, primary.Port())
+	// The Sentinel asks for a password of its own (accounting.sentinel_password).
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nrequirepass sentinel-pw\nsentinel monitor acct 127.0.0.1 %d 1\n", port, dir, primary.Port())
 	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -46,11 +49,16 @@ func TestSentinelFromOneConfig(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 
-	rdb, err := publisher.NewClient(publisher.ClientConfig{
-		URL:           "redis://127.0.0.1:1/2", // DB number (and credentials) for the primary; address ignored
-		MasterName:    "acct",
-		SentinelAddrs: []string{fmt.Sprintf("127.0.0.1:%d", port)},
-	})
+	acct := config.Accounting{
+		RedisURL:       "redis://127.0.0.1:1/2", // DB number (and credentials) for the primary; address ignored
+		SentinelMaster: "acct", SentinelAddrs: []string{fmt.Sprintf("127.0.0.1:%d", port)},
+		SentinelPassword: "sentinel-pw",
+	}
+	cc, err := publisher.ClientConfigFrom(acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb, err := publisher.NewClient(cc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,6 +90,23 @@ func TestSentinelFromOneConfig(t *testing.T) {
 	}
 	if _, err := pub.Book(ctx, booking("p1", 300)); err != nil {
 		t.Fatalf("Book through sentinel: %v", err)
+	}
+	// Without the Sentinel's password the primary is never found.
+	acct.SentinelPassword = ""
+	cc, err = publisher.ClientConfigFrom(acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noAuth, err := publisher.NewClient(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer noAuth.Close()
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	err = noAuth.Ping(pctx).Err()
+	cancel()
+	if err == nil {
+		t.Error("a client without sentinel_password reached the primary through a Sentinel that requires one")
 	}
 	// It landed on the primary, in DB 2.
 	direct, err := publisher.NewClient(publisher.ClientConfig{URL: primary.URL(2)})

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cuesched/cuesched/scheduler/loop"
 	"sync"
 	"time"
+
+	"github.com/cuesched/cuesched/scheduler/loop"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -155,9 +156,11 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		return nil, err
 	}
 	if s.rdb == nil {
-		s.rdb, err = publisher.NewClient(publisher.ClientConfig{URL: cfg.Accounting.RedisURL,
-			MasterName: cfg.Accounting.SentinelMaster, SentinelAddrs: cfg.Accounting.SentinelAddrs,
-			PoolSize: cfg.Accounting.RedisPoolSize})
+		cc, err := publisher.ClientConfigFrom(cfg.Accounting)
+		if err != nil {
+			return nil, err
+		}
+		s.rdb, err = publisher.NewClient(cc)
 		if err != nil {
 			return nil, fmt.Errorf("accounting: %w", err)
 		}
@@ -240,7 +243,11 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 			override := cfg.RQD.AddressOverride
 			resolve = func(string) string { return override }
 		}
-		s.rqd = rqdclient.New(rqdclient.Options{Port: cfg.RQD.GRPCPort, Resolve: resolve, DialOptions: d.RQDDialOptions,
+		rqdTLS, err := cfg.RQD.TLS.Client("rqd.tls")
+		if err != nil {
+			return nil, err
+		}
+		s.rqd = rqdclient.New(rqdclient.Options{Port: cfg.RQD.GRPCPort, Resolve: resolve, DialOptions: d.RQDDialOptions, TLS: rqdTLS,
 			ConnectTimeout: cfg.RQD.ConnectTimeout.D(), RequestTimeout: cfg.RQD.RequestTimeout.D(), Logger: log})
 	}
 	var launcher dispatch.Launcher

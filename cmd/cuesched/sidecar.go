@@ -55,10 +55,12 @@ func runSidecar(ctx context.Context, c *cli.Env, args []string) int {
 	if c.UseLogger != nil {
 		c.UseLogger(d.Logger)
 	}
-	rdb, err := publisher.NewClient(publisher.ClientConfig{
-		URL: cfg.Accounting.RedisURL, MasterName: cfg.Accounting.SentinelMaster,
-		SentinelAddrs: cfg.Accounting.SentinelAddrs, PoolSize: cfg.Accounting.RedisPoolSize,
-	})
+	cc, err := publisher.ClientConfigFrom(cfg.Accounting)
+	if err != nil {
+		fmt.Fprintf(c.Stderr, "cuesched sidecar: %v\n", err)
+		return 1
+	}
+	rdb, err := publisher.NewClient(cc)
 	if err != nil {
 		fmt.Fprintf(c.Stderr, "cuesched sidecar: accounting: %v\n", err)
 		return 1

@@ -24,12 +24,15 @@ package rqdclient
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/credentials"
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
@@ -54,6 +57,8 @@ type Options struct {
 	Resolve func(host string) string
 	// DialOptions are added to the defaults (plaintext, connect timeout).
 	DialOptions []grpc.DialOption
+	// TLS, when set, replaces plaintext (rqd.tls; upstream RQD is plaintext).
+	TLS *tls.Config
 	// ConnectTimeout bounds connection establishment (default 10 s).
 	ConnectTimeout time.Duration
 	// RequestTimeout bounds each call (default 30 s).
@@ -132,8 +137,12 @@ func (p *Pool) client(host string) (rqdpb.RqdInterfaceClient, error) {
 		e.lastUsed = now
 		return e.client, nil
 	}
+	creds := insecure.NewCredentials()
+	if p.o.TLS != nil {
+		creds = credentials.NewTLS(p.o.TLS)
+	}
 	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: p.o.ConnectTimeout}),
 	}, p.o.DialOptions...)
 	conn, err := grpc.NewClient(addr, opts...)

@@ -66,7 +66,15 @@ type Accounting struct {
 	// of RedisURL (the same universal client serves both).
 	SentinelMaster string   `yaml:"sentinel_master"`
 	SentinelAddrs  []string `yaml:"sentinel_addrs"`
-	RedisPoolSize  int      `yaml:"redis_pool_size"`
+	// SentinelUsername and SentinelPassword authenticate to the Sentinels
+	// themselves (Sentinel's requirepass / ACL user), apart from the
+	// primary's credentials in redis_url.
+	SentinelUsername string `yaml:"sentinel_username"`
+	SentinelPassword string `yaml:"sentinel_password"`
+	// RedisTLS is TLS to Redis (and its Sentinels): a custom CA, a client
+	// certificate for mutual TLS. A rediss:// URL turns TLS on as well.
+	RedisTLS      TLS `yaml:"redis_tls"`
+	RedisPoolSize int `yaml:"redis_pool_size"`
 	// RecomputeInterval rebuilds booked counters from SUM(proc).
 	RecomputeInterval Duration `yaml:"recompute_interval"`
 	// LimitReseedInterval copies caps (size, burst, max cores) PG -> Redis.
@@ -283,6 +291,9 @@ type RQD struct {
 	// key x-cuesched-host. For demos and tests against one fake RQD; leave
 	// empty in production.
 	AddressOverride string `yaml:"address_override"`
+	// TLS to RQD, off by default (upstream RQD serves plaintext gRPC): turn
+	// it on when the render nodes' RQD listens behind TLS.
+	TLS TLS `yaml:"tls"`
 }
 
 // Sidecar is the release publisher.

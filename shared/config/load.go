@@ -247,6 +247,12 @@ func (c Config) Validate() error {
 	if c.Accounting.RedisURL == "" && c.Accounting.SentinelMaster == "" {
 		return bad("accounting.redis_url", "must be set (or accounting.sentinel_master with sentinel_addrs)")
 	}
+	if _, err := c.Accounting.RedisTLS.Client("accounting.redis_tls"); err != nil {
+		return err
+	}
+	if _, err := c.RQD.TLS.Client("rqd.tls"); err != nil {
+		return err
+	}
 	if c.Accounting.SentinelMaster != "" && len(c.Accounting.SentinelAddrs) == 0 {
 		return bad("accounting.sentinel_addrs", "must list at least one sentinel when sentinel_master is set")
 	}

@@ -43,6 +43,7 @@ package fakerqd
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"maps"
 	"math"
@@ -50,6 +51,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/credentials"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -168,6 +171,8 @@ type Config struct {
 	Default Behavior
 	// Hosts holds per-host behaviours.
 	Hosts map[string]Behavior
+	// TLS, when set, serves gRPC over TLS (an RQD behind TLS).
+	TLS *tls.Config
 	// OnComplete, if set, is called once for every frame that was started
 	// and has ended, normally or by KillRunningFrame. It runs on its own
 	// goroutine (possibly several at once) without any lock held, so it
@@ -304,7 +309,7 @@ func Start(cfg Config) (*Server, error) {
 	for h, b := range cfg.Hosts {
 		s.hosts[h] = b
 	}
-	s.grpc = grpc.NewServer(
+	sopts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(garbageCodec{}),
 		grpc.UnaryInterceptor(garbageInterceptor),
 		// Accept the keepalive pings clients modelled on the Rust scheduler
@@ -313,7 +318,11 @@ func Start(cfg Config) (*Server, error) {
 			MinTime:             10 * time.Second,
 			PermitWithoutStream: true,
 		}),
-	)
+	}
+	if cfg.TLS != nil {
+		sopts = append(sopts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	s.grpc = grpc.NewServer(sopts...)
 	rqdpb.RegisterRqdInterfaceServer(s.grpc, &service{s: s})
 	go func() { s.serveErr <- s.grpc.Serve(lis) }()
 	return s, nil
