@@ -79,6 +79,9 @@ type ConnValues struct {
 	DBURL, RedisURL, Master string
 	Sentinels               []string
 	Source                  map[string]string // by config key: "--database-url", "$CUESCHED_DATABASE_URL", "database.url in FILE"
+	// Accounting is the --config FILE's accounting section (nil without
+	// one): its Sentinel credentials and Redis TLS settings are used too.
+	Accounting *config.Accounting
 }
 
 // Resolve reads every setting of the command (flags, then the environment,
@@ -100,6 +103,7 @@ func (f *ConnFlags) Resolve(c *Env, name string, needRedis bool) (v ConnValues, 
 			fmt.Fprintf(c.Stderr, "%s: --config: %v\n", name, err)
 			return v, 1
 		}
+		v.Accounting = &cfg.Accounting
 		for _, s := range f.settings {
 			if got[s.Key] != "" {
 				continue
@@ -177,7 +181,18 @@ func OpenConns(ctx context.Context, c *Env, name string, v ConnValues, maxConns 
 		}
 	}}
 	if v.RedisURL != "" || v.Master != "" {
-		rdb, err := publisher.NewClient(publisher.ClientConfig{URL: v.RedisURL, MasterName: v.Master, SentinelAddrs: v.Sentinels, PoolSize: 4})
+		cc := publisher.ClientConfig{URL: v.RedisURL, MasterName: v.Master, SentinelAddrs: v.Sentinels}
+		if v.Accounting != nil {
+			a := *v.Accounting
+			a.RedisURL, a.SentinelMaster, a.SentinelAddrs = v.RedisURL, v.Master, v.Sentinels
+			var err error
+			if cc, err = publisher.ClientConfigFrom(a); err != nil {
+				fmt.Fprintf(c.Stderr, "%s: --config: %v\n", name, err)
+				return nil, 2
+			}
+		}
+		cc.PoolSize = 4
+		rdb, err := publisher.NewClient(cc)
 		if err != nil {
 			fmt.Fprintf(c.Stderr, "%s: Redis (%s): %v\n", name, v.RedisSource(), redact.Error(err, v.RedisURL))
 			return nil, 2
