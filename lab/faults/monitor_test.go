@@ -548,6 +548,16 @@ func (s *sampler) sampleRecords(ctx context.Context) error {
 		if now.Sub(since) < 200*time.Millisecond {
 			continue
 		}
+		// On a loaded machine the committing backend can stay invisible
+		// for longer than any fixed window. A row lock waits for the
+		// deleting transaction itself: once it is granted, the DELETE is
+		// either committed (no row) or not there (the proc really exists).
+		if gone, err := s.procGone(ctx, id); err != nil {
+			return err
+		} else if gone {
+			delete(missing, id)
+			continue
+		}
 		why := "never booked, or rolled back"
 		if n, _ := s.e.rdb.Exists(ctx, publisher.TombKey(id)).Result(); n > 0 {
 			why = "released (tombstone) while the proc still exists"
@@ -560,6 +570,18 @@ func (s *sampler) sampleRecords(ctx context.Context) error {
 	s.recSamples++
 	s.addLocked(found...)
 	return nil
+}
+
+// procGone reports whether proc id is deleted once every transaction
+// holding it has ended (SELECT ... FOR UPDATE waits for a deleter in
+// flight, then sees its outcome).
+func (s *sampler) procGone(ctx context.Context, id string) (bool, error) {
+	var n int
+	err := s.e.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM proc WHERE pk_proc = $1 FOR UPDATE) l`, id).Scan(&n)
+	if err != nil {
+		return false, err
+	}
+	return n == 0, nil
 }
 
 func (s *sampler) count(n *int) {
