@@ -54,8 +54,6 @@ func NewCA(t testing.TB, name string) *CA {
 	return ca
 }
 
-var serial = big.NewInt(100)
-
 // Server issues a server certificate for localhost, 127.0.0.1 and ::1.
 func (ca *CA) Server(t testing.TB, name string) Pair {
 	return ca.issue(t, name, x509.ExtKeyUsageServerAuth)
@@ -77,8 +75,8 @@ func (ca *CA) issue(t testing.TB, name string, usage x509.ExtKeyUsage) Pair {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: sn.Add(sn, serial), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		SerialNumber: sn.Add(sn, big.NewInt(100)), // above the CA's 1 Subject: pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
 		DNSNames: []string{"localhost", name}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
 	}
