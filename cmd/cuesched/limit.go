@@ -63,16 +63,11 @@ func runLimitList(ctx context.Context, c *cli.Env, args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	cn, code := cli.OpenConns(ctx, c, name, v, 1)
+	cn, has, code := openLimits(ctx, c, name, v)
 	if code != 0 {
 		return code
 	}
 	defer cn.Close()
-	var has bool
-	if err := cn.Pool.QueryRow(ctx, `SELECT to_regclass('cuesched_limit') IS NOT NULL`).Scan(&has); err != nil {
-		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
-		return 1
-	}
 	denials := `'{}'::integer[]`
 	if has {
 		denials = `COALESCE((SELECT cl.int_denial_exit_statuses FROM cuesched_limit cl WHERE cl.pk_limit_record = lr.pk_limit_record), '{}')`
@@ -164,16 +159,11 @@ func runLimitSetDenials(ctx context.Context, c *cli.Env, args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	cn, code := cli.OpenConns(ctx, c, name, v, 1)
+	cn, has, code := openLimits(ctx, c, name, v)
 	if code != 0 {
 		return code
 	}
 	defer cn.Close()
-	var has bool
-	if err := cn.Pool.QueryRow(ctx, `SELECT to_regclass('cuesched_limit') IS NOT NULL`).Scan(&has); err != nil {
-		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
-		return 1
-	}
 	if !has {
 		fmt.Fprintf(c.Stderr, "%s: table cuesched_limit is missing: rollout step 0007_limit_settings is not applied (run cuesched migrate up)\n", name)
 		return 1
@@ -197,4 +187,20 @@ func runLimitSetDenials(ctx context.Context, c *cli.Env, args []string) int {
 	}
 	fmt.Fprintf(c.Stdout, "limit %s: denial exit statuses %s\n", pos[0], statusList(codes))
 	return 0
+}
+
+// openLimits opens the tool's connections and reports whether cuesched's
+// own limit table (rollout step 0007) exists. code is non-zero on failure
+// (the error is printed).
+func openLimits(ctx context.Context, c *cli.Env, name string, v cli.ConnValues) (cn *cli.Conns, has bool, code int) {
+	cn, code = cli.OpenConns(ctx, c, name, v, 1)
+	if code != 0 {
+		return nil, false, code
+	}
+	if err := cn.Pool.QueryRow(ctx, `SELECT to_regclass('cuesched_limit') IS NOT NULL`).Scan(&has); err != nil {
+		cn.Close()
+		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
+		return nil, false, 1
+	}
+	return cn, has, 0
 }
