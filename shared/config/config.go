@@ -21,6 +21,7 @@ type Config struct {
 	Database   Database   `yaml:"database"`
 	Accounting Accounting `yaml:"accounting"`
 	Queue      Queue      `yaml:"queue"`
+	Sizing     Sizing     `yaml:"sizing"`
 	HostCache  HostCache  `yaml:"host_cache"`
 	Scheduler  Scheduler  `yaml:"scheduler"`
 	RQD        RQD        `yaml:"rqd"`
@@ -262,6 +263,69 @@ type Reservations struct {
 	RefreshInterval Duration `yaml:"refresh_interval"`
 }
 
+// Sizing modes (sizing.memory, sizing.threadable).
+const (
+	// SizingHistory sizes from the RSS peaks of the layer's recent
+	// successful frames (memory) or from the memory the frame will use on
+	// the host it lands on (threadable cores).
+	SizingHistory = "history"
+	// SizingRequest books what the layer asks for: layer.int_mem_min and
+	// layer.int_cores_min, as Cuebot does.
+	SizingRequest = "request"
+)
+
+// Sizing is how much memory and how many cores a frame books (section
+// sizing). With memory and threadable both "request" cuesched books like
+// Cuebot; the other keys then have no effect.
+type Sizing struct {
+	// Memory is "history" (a quantile of the RSS peaks of the layer's
+	// recent succeeded frames, plus headroom, within the clamps; a layer
+	// without enough history books its request) or "request"
+	// (layer.int_mem_min, Cuebot's behaviour).
+	Memory string `yaml:"memory"`
+	// Threadable is "history" (a threadable layer's frame books
+	// round(memory / host memory per core) cores on the host it lands on,
+	// within the layer's min/max; a layer without history first runs
+	// ProbeFrames frames at its request) or "request" (the layer's minimum
+	// cores, Cuebot's behaviour).
+	Threadable string `yaml:"threadable"`
+	// Quantile of the RSS peaks booked (0.5 = median, 1 = the largest).
+	Quantile float64 `yaml:"quantile"`
+	// WindowFrames is how many of the layer's most recent succeeded frames
+	// are read.
+	WindowFrames int `yaml:"window_frames"`
+	// MinSamples: a layer with fewer samples in the window books its
+	// request.
+	MinSamples int `yaml:"min_samples"`
+	// MaxAge: frames that stopped longer ago than this are not samples.
+	MaxAge Duration `yaml:"max_age"`
+	// Headroom is added to the quantile as a fraction (0.1 = +10%).
+	Headroom float64 `yaml:"headroom"`
+	// MinMemory and MaxMemory clamp a history-derived size (MaxMemory 0:
+	// no upper clamp). A frame's own OOM retry size is clamped by MaxMemory
+	// too.
+	MinMemory Size `yaml:"min_memory"`
+	MaxMemory Size `yaml:"max_memory"`
+	// HistoryTTL is how long a layer's history read is reused before it is
+	// read again (passes in between read none).
+	HistoryTTL Duration `yaml:"history_ttl"`
+	// OOMRetryFactor: a frame killed for memory retries at its max RSS
+	// (at least what it had booked) times this factor.
+	OOMRetryFactor float64 `yaml:"oom_retry_factor"`
+	// OOMBumpKills memory kills of one layer within OOMBumpWindow raise the
+	// layer's size (to the largest retry size among those kills); fewer
+	// raise only the killed frames.
+	OOMBumpKills  int      `yaml:"oom_bump_kills"`
+	OOMBumpWindow Duration `yaml:"oom_bump_window"`
+	// ProbeFrames: a threadable layer with no history runs this many frames
+	// at its request before its cores are derived from their RSS (0: derive
+	// as soon as min_samples exist).
+	ProbeFrames int `yaml:"probe_frames"`
+	// ScanInterval is how often the loop leader reads Cuebot's completions
+	// for memory kills into cuesched_frame_oom.
+	ScanInterval Duration `yaml:"scan_interval"`
+}
+
 // HostCache is the replication-fed host cache.
 type HostCache struct {
 	MemoryKeyDivisor Size     `yaml:"memory_key_divisor"`
@@ -407,6 +471,23 @@ func Default() Config {
 				Timeout:         Duration(30 * time.Minute),
 				RefreshInterval: Duration(time.Second),
 			},
+		},
+		Sizing: Sizing{
+			Memory:         SizingHistory,
+			Threadable:     SizingHistory,
+			Quantile:       0.95,
+			WindowFrames:   32,
+			MinSamples:     4,
+			MaxAge:         Duration(12 * time.Hour),
+			Headroom:       0.1,
+			MinMemory:      256 * MiB,
+			MaxMemory:      0,
+			HistoryTTL:     Duration(30 * time.Second),
+			OOMRetryFactor: 1.5,
+			OOMBumpKills:   3,
+			OOMBumpWindow:  Duration(time.Hour),
+			ProbeFrames:    3,
+			ScanInterval:   Duration(2 * time.Second),
 		},
 		HostCache: HostCache{
 			MemoryKeyDivisor: 2 * GiB,

@@ -363,6 +363,9 @@ func (c Config) Validate() error {
 	if c.Queue.LayerSpread.MinFrames < 1 {
 		return bad("queue.layer_spread.min_frames", "must be at least 1")
 	}
+	if err := c.Sizing.validate(); err != nil {
+		return err
+	}
 	if c.RQD.GRPCPort < 1 || c.RQD.GRPCPort > 65535 {
 		return bad("rqd.grpc_port", "must be a TCP port (1-65535)")
 	}
@@ -395,4 +398,49 @@ func sortedDurKeys(m map[string]Duration) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+func (s Sizing) validate() error {
+	bad := func(key, msg string) error { return &Error{Key: "sizing." + key, Msg: msg} }
+	for _, m := range []struct{ key, v string }{{"memory", s.Memory}, {"threadable", s.Threadable}} {
+		if m.v != SizingHistory && m.v != SizingRequest {
+			return bad(m.key, fmt.Sprintf("must be %q or %q, not %q", SizingHistory, SizingRequest, m.v))
+		}
+	}
+	if q := s.Quantile; !(q > 0 && q <= 1) {
+		return bad("quantile", fmt.Sprintf("must be in (0, 1], not %g", q))
+	}
+	if s.WindowFrames < 1 || s.WindowFrames > 1000 {
+		return bad("window_frames", "must be between 1 and 1000")
+	}
+	if s.MinSamples < 1 || s.MinSamples > s.WindowFrames {
+		return bad("min_samples", "must be at least 1 and at most window_frames")
+	}
+	if h := s.Headroom; !(h >= 0 && h <= 10) {
+		return bad("headroom", "must be between 0 and 10 (a fraction: 0.1 = +10%)")
+	}
+	if s.MaxMemory != 0 && s.MaxMemory < s.MinMemory {
+		return bad("max_memory", "must be 0 (no clamp) or at least min_memory")
+	}
+	if f := s.OOMRetryFactor; !(f >= 1 && f <= 10) {
+		return bad("oom_retry_factor", "must be between 1 and 10")
+	}
+	if s.OOMBumpKills < 1 {
+		return bad("oom_bump_kills", "must be at least 1")
+	}
+	if s.ProbeFrames < 0 {
+		return bad("probe_frames", "must not be negative")
+	}
+	for _, d := range []struct {
+		key string
+		v   Duration
+	}{{"max_age", s.MaxAge}, {"oom_bump_window", s.OOMBumpWindow}, {"scan_interval", s.ScanInterval}} {
+		if d.v <= 0 {
+			return bad(d.key, "must be a positive duration")
+		}
+	}
+	if s.HistoryTTL < 0 {
+		return bad("history_ttl", "must not be negative (0 reads the history every pass)")
+	}
+	return nil
 }
