@@ -321,9 +321,6 @@ type Sizing struct {
 	// at its request before its cores are derived from their RSS (0: derive
 	// as soon as min_samples exist).
 	ProbeFrames int `yaml:"probe_frames"`
-	// ScanInterval is how often the loop leader reads Cuebot's completions
-	// for memory kills into cuesched_frame_oom.
-	ScanInterval Duration `yaml:"scan_interval"`
 }
 
 // HostCache is the replication-fed host cache.
@@ -487,7 +484,6 @@ func Default() Config {
 			OOMBumpKills:   3,
 			OOMBumpWindow:  Duration(time.Hour),
 			ProbeFrames:    3,
-			ScanInterval:   Duration(2 * time.Second),
 		},
 		HostCache: HostCache{
 			MemoryKeyDivisor: 2 * GiB,

@@ -434,7 +434,7 @@ func (s Sizing) validate() error {
 	for _, d := range []struct {
 		key string
 		v   Duration
-	}{{"max_age", s.MaxAge}, {"oom_bump_window", s.OOMBumpWindow}, {"scan_interval", s.ScanInterval}} {
+	}{{"max_age", s.MaxAge}, {"oom_bump_window", s.OOMBumpWindow}} {
 		if d.v <= 0 {
 			return bad(d.key, "must be a positive duration")
 		}
