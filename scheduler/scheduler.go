@@ -27,6 +27,7 @@ import (
 	"github.com/cuesched/cuesched/scheduler/hostcache/matcherhosts"
 	"github.com/cuesched/cuesched/scheduler/jobs"
 	"github.com/cuesched/cuesched/scheduler/matcher"
+	"github.com/cuesched/cuesched/scheduler/memsize"
 	"github.com/cuesched/cuesched/scheduler/reservations"
 	"github.com/cuesched/cuesched/scheduler/rqdclient"
 	"github.com/cuesched/cuesched/scheduler/sizing"
@@ -233,7 +234,16 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 	// The one sizing policy: the matcher's Accept, the dispatcher's plan
 	// and the reservation loop all size frames with this value.
 	policy := sizing.Policy{CoreUnit: int64(q.CoreMultiplier), StrandedMemKB: kb(q.MemoryStrandedThreshold),
-		MinMemKB: kb(q.MemReservedMin), SelfishServices: q.SelfishServices}
+		MinMemKB: kb(q.MemReservedMin), SelfishServices: q.SelfishServices, History: historyFrom(cfg.Sizing)}
+	var sizer matcher.Sizer
+	if policy.History.Enabled() {
+		if schema.MemorySizing {
+			sizer = memsize.New(s.pool, policy.History, memsize.Options{Logger: log, Registerer: d.Registerer, TTL: cfg.Sizing.HistoryTTL.D()})
+		} else {
+			log.Warn("memory sizing is on but rollout 0009 (cuesched_frame_oom, cuesched_layer_oom) is not applied: frames book their requests; run `cuesched migrate up`")
+			policy.History = sizing.History{}
+		}
+	}
 	unit := policy.Unit()
 	if !cfg.RQD.DryRun {
 		resolve := d.RQDResolve
@@ -320,7 +330,8 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		Attempts: q.HostCandidateAttemptsPerLayer, FramesPerLayer: q.DispatchFramesPerLayerLimit, FramesPerJob: q.DispatchFramesPerJobLimit,
 		MaxConcurrentLayers: max(maxLayers, 1), Policy: policy, Schema: &schema,
 		HostQuarantine: q.HostQuarantine.D(), Spread: spread,
-	}, matcher.Options{Logger: log, Registerer: d.Registerer, Backoff: s.Backoff, Guard: guard, Reservations: s.Reservations})
+	}, matcher.Options{Logger: log, Registerer: d.Registerer, Backoff: s.Backoff, Guard: guard, Reservations: s.Reservations,
+		Sizer: sizer})
 
 	if d.Gate != nil {
 		gates = append(gates, d.Gate)
@@ -463,4 +474,15 @@ func (s *Scheduler) Close() {
 			s.pool.Close()
 		}
 	})
+}
+
+// historyFrom is the sizing section as the policy reads it.
+func historyFrom(c config.Sizing) sizing.History {
+	return sizing.History{
+		Memory: c.Memory, Threadable: c.Threadable,
+		Quantile: c.Quantile, Headroom: c.Headroom, MinKB: c.MinMemory.KB(), MaxKB: c.MaxMemory.KB(),
+		WindowFrames: c.WindowFrames, MinSamples: c.MinSamples, MaxAge: c.MaxAge.D(),
+		OOMRetryFactor: c.OOMRetryFactor, OOMBumpKills: c.OOMBumpKills, OOMBumpWindow: c.OOMBumpWindow.D(),
+		ProbeFrames: c.ProbeFrames,
+	}
 }

@@ -451,6 +451,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 		}
 		d.m.frames.WithLabelValues(l.ShowName).Inc()
 		d.m.timeToBook.Observe(now.Sub(p.frame.Eligible).Seconds())
+		d.m.observeMemory(l.Shape, p.res.MemKB)
 	}
 	if owner && d.resv != nil {
 		// The owner runs on its host: the reservation has done its job.

@@ -1,6 +1,10 @@
 package dispatch
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cuesched/cuesched/scheduler/sizing"
+)
 
 type metrics struct {
 	frames           *prometheus.CounterVec
@@ -13,6 +17,26 @@ type metrics struct {
 	compensations    *prometheus.CounterVec
 	killFailures     prometheus.Counter
 	accountingErrors *prometheus.CounterVec
+	memRequested     prometheus.Counter
+	memBooked        *prometheus.CounterVec
+	sizedFrames      *prometheus.CounterVec
+}
+
+// Sources of a frame's memory (scheduler_sizing_frames_total{source}).
+var memSources = []string{"request", "history", "retry"}
+
+// observeMemory counts one started frame's requested and booked memory.
+func (m *metrics) observeMemory(l sizing.Shape, bookedKB int64) {
+	src := "request"
+	switch {
+	case l.FrameMemKB > 0:
+		src = "retry"
+	case l.SizedMemKB > 0:
+		src = "history"
+	}
+	m.memRequested.Add(float64(max(l.MemMinKB, 0)) * 1024)
+	m.memBooked.WithLabelValues(src).Add(float64(bookedKB) * 1024)
+	m.sizedFrames.WithLabelValues(src).Inc()
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -62,6 +86,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Redis rollbacks or releases that failed (healed by the recompute), by operation.",
 		}, []string{"op"}),
 	}
+	m.memRequested = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "scheduler_sizing_requested_memory_bytes_total",
+		Help: "Memory the started frames' layers asked for (layer.int_mem_min), summed over frames.",
+	})
+	m.memBooked = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "scheduler_sizing_booked_memory_bytes_total",
+		Help: "Memory booked for the started frames, summed over frames, by where the size came from (request, history, retry).",
+	}, []string{"source"})
+	m.sizedFrames = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "scheduler_sizing_frames_total",
+		Help: "Frames started, by where their memory size came from (request, history, retry).",
+	}, []string{"source"})
+	for _, s := range memSources {
+		m.memBooked.WithLabelValues(s)
+		m.sizedFrames.WithLabelValues(s)
+	}
 	// Every labelled series exists from start-up at zero (issue #26), so
 	// panels and increase()-based alerts see the first event.
 	for _, s := range stopNames {
@@ -75,7 +115,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.frames, m.timeToBook, m.batches, m.batchDuration, m.txDuration, m.launchDuration,
-			m.launchFailures, m.compensations, m.killFailures, m.accountingErrors)
+			m.launchFailures, m.compensations, m.killFailures, m.accountingErrors,
+			m.memRequested, m.memBooked, m.sizedFrames)
 	}
 	return m
 }

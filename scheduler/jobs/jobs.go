@@ -89,6 +89,14 @@ type Frame struct {
 	// Eligible is when the frame became WAITING (ts_eligible, else
 	// ts_updated): the start of its time to book.
 	Eligible time.Time
+	// The frame's last run as Cuebot recorded it at completion
+	// (int_exit_status, int_mem_max_used and int_mem_reserved in KB,
+	// ts_stopped; zero when it never ran): memory sizing reads a memory
+	// kill from them.
+	ExitStatus int64
+	MaxRSSKB   int64
+	ReservedKB int64
+	Stopped    time.Time
 }
 
 // Layer is a dispatchable layer with the frames a pass may book. Resource
@@ -122,8 +130,11 @@ type Layer struct {
 	// (layer_usage.int_clock_time_high, whole seconds; 0 = no history):
 	// the worst-case runtime an EASY backfill is judged by.
 	RuntimeHigh time.Duration
-	Env         map[string]string // job env overlaid by layer env
-	Frames      []Frame
+	// Running is layer_stat.int_running_count when the query ran (the
+	// probes of a threadable layer without history).
+	Running int64
+	Env     map[string]string // job env overlaid by layer env
+	Frames  []Frame
 }
 
 // WorstCase is how long a frame of the layer may run, for an EASY backfill:

@@ -214,7 +214,7 @@ WITH jl AS (
 ), lay AS (
     SELECT l.pk_layer, l.str_name, l.str_cmd, l.str_range, l.int_chunk_size, l.int_dispatch_order,
            l.int_cores_min, l.int_cores_max, l.int_mem_min, l.int_gpus_min, l.int_gpu_mem_min,
-           l.b_threadable, l.str_services, l.str_tags
+           l.b_threadable, l.str_services, l.str_tags, ls.int_running_count
     FROM layer l JOIN layer_stat ls ON ls.pk_layer = l.pk_layer
     WHERE l.pk_job = $1 AND ls.int_waiting_count > 0
       AND string_to_array(replace(l.str_tags::text, ' ', ''), '|') && $2::text[]
@@ -234,7 +234,8 @@ SELECT lay.pk_layer, lay.str_name, lay.str_cmd, lay.str_range, lay.int_chunk_siz
        (SELECT json_object_agg(e.str_key, e.str_value) FROM job_env e WHERE e.pk_job = $1 AND e.str_key IS NOT NULL),
        (SELECT json_object_agg(e.str_key, e.str_value) FROM layer_env e WHERE e.pk_layer = lay.pk_layer AND e.str_key IS NOT NULL),
        COALESCE((SELECT lu.int_clock_time_high FROM layer_usage lu WHERE lu.pk_layer = lay.pk_layer LIMIT 1), 0),
-       f.pk_frame, f.str_name, f.int_number, f.ver, f.eligible
+       lay.int_running_count,
+       f.pk_frame, f.str_name, f.int_number, f.ver, f.eligible, f.int_exit_status, f.int_mem_max_used, f.int_mem_reserved, f.ts_stopped
 FROM lay
 JOIN job j          ON j.pk_job = $1
 JOIN show sh        ON sh.pk_show = j.pk_show
@@ -243,7 +244,8 @@ CROSS JOIN jl
 CROSS JOIN LATERAL (
     SELECT fr.pk_frame, fr.str_name, fr.int_number, COALESCE(fr.int_version, 0) AS ver,
            COALESCE(fr.ts_eligible, fr.ts_updated, now()) AS eligible,
-           fr.int_dispatch_order, fr.int_layer_order
+           fr.int_dispatch_order, fr.int_layer_order,
+           fr.int_exit_status, fr.int_mem_max_used, fr.int_mem_reserved, fr.ts_stopped
     FROM frame fr
     WHERE fr.pk_job = $1 AND fr.pk_layer = lay.pk_layer AND fr.str_state = 'WAITING'
     ORDER BY fr.int_dispatch_order, fr.int_layer_order
@@ -282,6 +284,7 @@ func Layers(ctx context.Context, db DB, q LayerQuery) ([]*Layer, error) {
 			f        Frame
 			chunk    int64
 			high     int64
+			stopped  *time.Time
 		)
 		if err := rows.Scan(&l.ID, &l.Name, &l.Command, &l.Range, &chunk, &l.DispatchOrder,
 			&l.CoresMin, &l.CoresMax, &l.MemMinKB, &l.GPUsMin, &l.GPUMemMinKB,
@@ -290,9 +293,12 @@ func Layers(ctx context.Context, db DB, q LayerQuery) ([]*Layer, error) {
 			&l.LogDir, &l.LokiURL, &uid, &l.OS,
 			&l.Priority, &l.JobMaxCores, &l.JobMaxGPUs, &l.JobCoresLive, &l.JobGPUsLive,
 			&l.FolderMaxCores, &l.FolderMaxGPUs,
-			&limits, &jobEnv, &layerEnv, &high,
-			&f.ID, &f.Name, &f.Number, &f.Version, &f.Eligible); err != nil {
+			&limits, &jobEnv, &layerEnv, &high, &l.Running,
+			&f.ID, &f.Name, &f.Number, &f.Version, &f.Eligible, &f.ExitStatus, &f.MaxRSSKB, &f.ReservedKB, &stopped); err != nil {
 			return nil, fmt.Errorf("layers of job %s: %w", q.JobID, err)
+		}
+		if stopped != nil {
+			f.Stopped = *stopped
 		}
 		if cur == nil || cur.ID != l.ID {
 			l.JobID = q.JobID

@@ -20,20 +20,23 @@ type Schema struct {
 	// LayerBackoff: cuesched_layer_backoff (rollout 0008), the fail-fast
 	// holds of layers (package failfast); without it nothing is held.
 	LayerBackoff bool
+	// MemorySizing: cuesched_frame_oom and cuesched_layer_oom (rollout
+	// 0009), memory sizing's kill ledger; without them sizing is off.
+	MemorySizing bool
 }
 
 // CurrentSchema is a database at Cuebot V47 or later with every rollout
 // step applied.
-var CurrentSchema = Schema{StartAfter: true, FrameEligible: true, LimitSettings: true, LayerBackoff: true}
+var CurrentSchema = Schema{StartAfter: true, FrameEligible: true, LimitSettings: true, LayerBackoff: true, MemorySizing: true}
 
 // DetectSchema reads the optional columns from the catalog (the current
 // search_path).
 func DetectSchema(ctx context.Context, db DB) (Schema, error) {
 	rows, err := db.Query(ctx, `SELECT c.relname, a.attname FROM pg_attribute a
 		JOIN pg_class c ON c.oid = a.attrelid
-		WHERE c.oid IN (to_regclass('layer'), to_regclass('frame'), to_regclass('cuesched_limit'), to_regclass('cuesched_layer_backoff'))
+		WHERE c.oid IN (to_regclass('layer'), to_regclass('frame'), to_regclass('cuesched_limit'), to_regclass('cuesched_layer_backoff'), to_regclass('cuesched_layer_oom'))
 		  AND a.attnum > 0 AND NOT a.attisdropped
-		  AND a.attname IN ('ts_start_after', 'ts_eligible', 'int_denial_exit_statuses', 'ts_until')`)
+		  AND a.attname IN ('ts_start_after', 'ts_eligible', 'int_denial_exit_statuses', 'ts_until', 'int_bump_kb')`)
 	if err != nil {
 		return Schema{}, fmt.Errorf("detect schema: %w", err)
 	}
@@ -53,6 +56,8 @@ func DetectSchema(ctx context.Context, db DB) (Schema, error) {
 			s.LimitSettings = true
 		case "cuesched_layer_backoff.ts_until":
 			s.LayerBackoff = true
+		case "cuesched_layer_oom.int_bump_kb":
+			s.MemorySizing = true
 		}
 	}
 	return s, rows.Err()

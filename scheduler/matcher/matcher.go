@@ -156,6 +156,16 @@ type Options struct {
 	// Reservations, when set, keeps layers off hosts reserved for others
 	// (except EASY backfills) and hears every layer's outcome.
 	Reservations Reservations
+	// Sizer, when set, sizes the layers of each job from their RSS
+	// history and memory kills (memsize.Sizer) before they are matched.
+	Sizer Sizer
+}
+
+// Sizer sizes a job's layers for a pass (memsize.Sizer.Size): it sets
+// their sizing.Shape and may split or trim them; on error the layers it
+// returns are still usable (at their requests).
+type Sizer interface {
+	Size(ctx context.Context, layers []*jobs.Layer) ([]*jobs.Layer, error)
 }
 
 // Guard says what CPU work must leave free on a host with idle GPUs.
@@ -174,6 +184,7 @@ type Matcher struct {
 	backoff *jobs.Backoff
 	guard   Guard
 	resv    Reservations
+	sizer   Sizer
 	sem     chan struct{}
 	log     hclog.Logger
 	m       *metrics
@@ -207,7 +218,7 @@ func New(db jobs.DB, hosts Hosts, disp Dispatcher, cfg Config, o Options) *Match
 	if p == nil {
 		p = NewPermits()
 	}
-	return &Matcher{db: db, hosts: hosts, disp: disp, cfg: cfg, permits: p, backoff: o.Backoff, guard: o.Guard, resv: o.Reservations,
+	return &Matcher{db: db, hosts: hosts, disp: disp, cfg: cfg, permits: p, backoff: o.Backoff, guard: o.Guard, resv: o.Reservations, sizer: o.Sizer,
 		sem: make(chan struct{}, cfg.MaxConcurrentLayers), log: log.Named("matcher"), m: newMetrics(o.Registerer),
 		quarantine: map[string]time.Time{}}
 }
@@ -313,6 +324,11 @@ func (m *Matcher) ProcessInTurn(ctx context.Context, c *clusters.Cluster, job jo
 	})
 	if err != nil {
 		return out, err
+	}
+	if m.sizer != nil {
+		if layers, err = m.sizer.Size(ctx, layers); err != nil {
+			m.log.Warn("memory sizing failed; layers book their requests this pass", "job", job.Name, "error", err)
+		}
 	}
 	t.solo = order.Alone && len(layers) == 1
 	for _, l := range layers {

@@ -23,6 +23,11 @@ type Policy struct {
 	// SelfishServices: a threadable frame of one of these services takes
 	// every idle core (queue.selfish_services).
 	SelfishServices []string
+	// History is memory sizing from measured RSS (section sizing); the
+	// zero value books requests. The pass (package memsize) turns it into
+	// the Shape fields SizedMemKB, FrameMemKB and RSSKB; the rules below
+	// only read those.
+	History History
 }
 
 // Shape is what sizing reads of a layer and its job. jobs.Layer embeds it,
@@ -40,6 +45,16 @@ type Shape struct {
 	// SUM(proc.int_cores_reserved) of the job.
 	JobMaxCores  int64
 	JobCoresLive int64
+	// SizedMemKB is the layer's memory sized from its RSS history and OOM
+	// bumps (History.Decide); 0: none, the layer books MemMinKB.
+	SizedMemKB int64
+	// FrameMemKB is one frame's own size after a memory kill
+	// (History.RetryKB); 0: the frame books the layer's size.
+	FrameMemKB int64
+	// RSSKB is what a frame is expected to use (the quantile of the RSS
+	// peaks); with threadable sizing on, a threadable frame books
+	// round(RSSKB / host memory per core) cores. 0: the request's cores.
+	RSSKB int64
 }
 
 // Unit is one core in centicores (CoreUnit, 100 when unset).
@@ -51,10 +66,17 @@ func (p Policy) Unit() int64 {
 }
 
 // MemKB is the layer's effective memory: what one frame books and what a
-// host must have idle. Today it is the layer's minimum (a negative one,
-// bad data, replaced by MinMemKB). It is the one place a frame's memory is
-// decided: memory sized from measured usage belongs here.
+// host must have idle. It is the one place a frame's memory is decided: a
+// frame's own size after a memory kill (FrameMemKB), else the layer's size
+// from its RSS history and bumps (SizedMemKB), else the layer's minimum (a
+// negative one, bad data, replaced by MinMemKB).
 func (p Policy) MemKB(l Shape) int64 {
+	switch {
+	case l.FrameMemKB > 0:
+		return l.FrameMemKB
+	case l.SizedMemKB > 0:
+		return l.SizedMemKB
+	}
 	return p.clampMemKB(l.MemMinKB)
 }
 
@@ -84,7 +106,17 @@ func (p Policy) JobBudget(l Shape) int64 {
 // Request is what one frame of l asks for.
 func (p Policy) Request(l Shape) Request {
 	return Request{CoresMin: l.CoresMin, CoresMax: l.CoresMax, MemKB: p.MemKB(l),
-		GPUs: max(l.GPUsMin, 0), GPUMemKB: max(l.GPUMemMinKB, 0), Threadable: l.Threadable, Selfish: p.Selfish(l)}
+		GPUs: max(l.GPUsMin, 0), GPUMemKB: max(l.GPUMemMinKB, 0), Threadable: l.Threadable, Selfish: p.Selfish(l), RSSKB: p.rssKB(l)}
+}
+
+// rssKB is the memory a threadable frame's cores are derived from (0: its
+// request's cores).
+func (p Policy) rssKB(l Shape) int64 {
+	if !l.Threadable || !p.History.ThreadableOn() || l.RSSKB <= 0 {
+		return 0
+	}
+	// A frame retried after a memory kill uses at least its raised size.
+	return max(l.RSSKB, l.FrameMemKB)
 }
 
 // Fits reports whether one frame of l fits on h now, within its job's

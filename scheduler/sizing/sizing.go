@@ -15,11 +15,16 @@
 //     would be stranded anyway). Any other frame books cores in proportion
 //     to its memory (its memory over the host's memory per core), at least
 //     its request.
+//   - With threadable sizing (sizing.threadable: history) a threadable
+//     frame whose layer has RSS history books round(rss / the host's
+//     memory per core) cores, at least its request (except on an ALL
+//     host, which still gives every idle core).
 //   - The layer's per-frame cap (int_cores_max) and the job's remaining
 //     budget then cap the count.
 //
-// Memory books the layer's effective memory (Policy.MemKB: today the layer
-// minimum, a negative one replaced by mem_reserved_min); GPUs and GPU memory
+// Memory books the layer's effective memory (Policy.MemKB: a frame's own
+// size after a memory kill, else the layer's size from its RSS history,
+// else the layer minimum, a negative one replaced by mem_reserved_min); GPUs and GPU memory
 // book exactly the layer minimums. A frame that does not fit (no core left,
 // or the cores, memory or GPUs it needs exceed what is idle) is refused.
 //
@@ -80,6 +85,10 @@ type Request struct {
 	Threadable bool
 	// Selfish marks a frame of a selfish service.
 	Selfish bool
+	// RSSKB: a threadable frame books round(RSSKB / the host's memory per
+	// core) cores, within its minimum and maximum (threadable sizing; 0:
+	// Cuebot's rules).
+	RSSKB int64
 }
 
 // Reservation is what one frame books (centicores, KB).
@@ -159,6 +168,14 @@ func (p Policy) reserve(h *Host, r *Request, jobBudget int64) (Reservation, Reas
 		cores = 1
 	case h.ThreadMode == All:
 		cores = idle
+	case r.RSSKB > 0:
+		// Sized to the memory it will use on this host.
+		perCore := (h.TotalMemKB + total/2) / total
+		cores = 1
+		if perCore > 0 {
+			cores = max((r.RSSKB+perCore/2)/perCore, 1)
+		}
+		cores = max(cores, want)
 	case h.ThreadMode == Variable && want <= 2:
 		cores = 2
 	case r.Selfish || idleMemKB-memKB <= p.StrandedMemKB:
