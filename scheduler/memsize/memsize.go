@@ -277,6 +277,15 @@ func (s *Sizer) Size(ctx context.Context, layers []*jobs.Layer) ([]*jobs.Layer, 
 			out = append(out, l)
 			continue
 		}
+		if s.h.MemoryOn() && h.Kills == 0 {
+			// A kill seen now, not yet in the ledger, counts as one.
+			for _, f := range l.Frames {
+				if !f.Stopped.IsZero() && sizing.MemoryKill(f.ExitStatus, f.MaxRSSKB, f.ReservedKB) {
+					h.Kills = 1
+					break
+				}
+			}
+		}
 		d := s.Decide(h)
 		if s.h.MemoryOn() && d.MemKB > 0 {
 			l.SizedMemKB = d.MemKB
