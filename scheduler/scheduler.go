@@ -234,7 +234,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 	// The one sizing policy: the matcher's Accept, the dispatcher's plan
 	// and the reservation loop all size frames with this value.
 	policy := sizing.Policy{CoreUnit: int64(q.CoreMultiplier), StrandedMemKB: kb(q.MemoryStrandedThreshold),
-		MinMemKB: kb(q.MemReservedMin), SelfishServices: q.SelfishServices, History: historyFrom(cfg.Sizing)}
+		MinMemKB: kb(q.MemReservedMin), SelfishServices: q.SelfishServices, History: memsize.FromConfig(cfg.Sizing)}
 	var sizer matcher.Sizer
 	if policy.History.Enabled() {
 		if schema.MemorySizing {
@@ -474,15 +474,4 @@ func (s *Scheduler) Close() {
 			s.pool.Close()
 		}
 	})
-}
-
-// historyFrom is the sizing section as the policy reads it.
-func historyFrom(c config.Sizing) sizing.History {
-	return sizing.History{
-		Memory: c.Memory, Threadable: c.Threadable,
-		Quantile: c.Quantile, Headroom: c.Headroom, MinKB: c.MinMemory.KB(), MaxKB: c.MaxMemory.KB(),
-		WindowFrames: c.WindowFrames, MinSamples: c.MinSamples, MaxAge: c.MaxAge.D(),
-		OOMRetryFactor: c.OOMRetryFactor, OOMBumpKills: c.OOMBumpKills, OOMBumpWindow: c.OOMBumpWindow.D(),
-		ProbeFrames: c.ProbeFrames,
-	}
 }

@@ -7,9 +7,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/cuesched/cuesched/shared/cli"
+	"github.com/cuesched/cuesched/shared/config"
 
 	"github.com/cuesched/cuesched/scheduler/explain"
+	"github.com/cuesched/cuesched/scheduler/memsize"
 )
 
 const explainUsage = `usage: cuesched explain [--json] [--timeout DURATION] [--config FILE] [--database-url URL]
@@ -32,9 +36,15 @@ scheduler meets them, and the best host the layer would fit on.
   capacity    hosts fit a frame, none has the room free now
   flowing     nothing holds it: the next pass books it
 
+Each layer's memory line says what one of its frames books and why, as
+the scheduler sizes it (section sizing of --config FILE, else the
+defaults): the RSS samples, the quantile, the headroom, the clamps, the
+OOM bumps and the memory kills recorded, and what Cuebot's ratchet did to
+the request.
+
 JOB and LAYER are names or ids (flags may come before or after them);
 without JOB every pending job of every managed show is explained. Reads
-Postgres only (one query).
+Postgres only.
 `
 
 // runExplain is "cuesched explain".
@@ -82,21 +92,31 @@ func runExplain(ctx context.Context, c *cli.Env, args []string) int {
 		fmt.Fprintf(c.Stderr, "%s: %s: no waiting or depending frames of a pending job of a scheduler-managed show\n", name, what)
 		return 1
 	}
+	sizes, err := explainSizing(ctx, pool, v.Sizing, reps)
+	if err != nil {
+		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
+		return 1
+	}
 	if *asJSON {
 		type row struct {
-			Show    string `json:"show"`
-			Job     string `json:"job"`
-			Layer   string `json:"layer"`
-			Reason  string `json:"reason"`
-			Detail  string `json:"detail"`
-			Waiting int    `json:"waiting"`
-			Depend  int    `json:"depend"`
-			Running int    `json:"running"`
-			Best    string `json:"best_host,omitempty"`
+			Show    string               `json:"show"`
+			Job     string               `json:"job"`
+			Layer   string               `json:"layer"`
+			Reason  string               `json:"reason"`
+			Detail  string               `json:"detail"`
+			Waiting int                  `json:"waiting"`
+			Depend  int                  `json:"depend"`
+			Running int                  `json:"running"`
+			Best    string               `json:"best_host,omitempty"`
+			Memory  *memsize.Explanation `json:"memory,omitempty"`
 		}
 		out := make([]row, 0, len(reps))
 		for _, r := range reps {
-			out = append(out, row{r.Show, r.Job, r.Layer, string(r.Reason), r.Detail, r.Waiting, r.Depend, r.Running, bestHost(r)})
+			var mem *memsize.Explanation
+			if e, ok := sizes[r.LayerID]; ok {
+				mem = &e
+			}
+			out = append(out, row{r.Show, r.Job, r.Layer, string(r.Reason), r.Detail, r.Waiting, r.Depend, r.Running, bestHost(r), mem})
 		}
 		enc := json.NewEncoder(c.Stdout)
 		enc.SetIndent("", "  ")
@@ -125,8 +145,34 @@ func runExplain(ctx context.Context, c *cli.Env, args []string) int {
 	fmt.Fprintln(c.Stdout)
 	for _, r := range reps {
 		fmt.Fprintf(c.Stdout, "%s/%s: %s: %s\n", r.Job, r.Layer, r.Reason, r.Detail)
+		if e, ok := sizes[r.LayerID]; ok {
+			fmt.Fprintf(c.Stdout, "%s/%s: memory: %s\n", r.Job, r.Layer, e.Text)
+		}
 	}
 	return 0
+}
+
+// explainSizing reads the layers' RSS history, bumps and kills (nothing
+// without rollout 0009) and explains each layer's memory.
+func explainSizing(ctx context.Context, pool *pgxpool.Pool, c config.Sizing, reps []explain.LayerReport) (map[string]memsize.Explanation, error) {
+	out := map[string]memsize.Explanation{}
+	var ok bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('cuesched_layer_oom') IS NOT NULL`).Scan(&ok); err != nil || !ok {
+		return out, err
+	}
+	ids := make([]string, 0, len(reps))
+	for _, r := range reps {
+		ids = append(ids, r.LayerID)
+	}
+	p := memsize.FromConfig(c)
+	hist, err := memsize.New(pool, p, memsize.Options{}).Read(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	for id, h := range hist {
+		out[id] = memsize.Explain(p, h)
+	}
+	return out, nil
 }
 
 // bestHost is the host the layer would book now, else the one it fits when

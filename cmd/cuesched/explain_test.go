@@ -77,6 +77,15 @@ func TestExplainCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"CUESCHED_DATABASE_URL": db}
+	// render's frames have history: 5 succeeded frames peaking at 1-2 GB
+	// (the other two stay waiting).
+	if _, err := pool.Exec(ctx, `UPDATE frame SET str_state = 'SUCCEEDED', int_exit_status = 0, ts_stopped = now(),
+		int_mem_max_used = 2097152 WHERE pk_layer = (SELECT pk_layer FROM layer WHERE str_name = 'render') AND int_number = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO cuesched_layer_oom (pk_layer, int_bump_kb) SELECT pk_layer, 3145728 FROM layer WHERE str_name = 'huge'`); err != nil {
+		t.Fatal(err)
+	}
 
 	code, out, errOut := runExplainT(env, "shot010")
 	if code != 0 {
@@ -86,6 +95,9 @@ func TestExplainCLI(t *testing.T) {
 		"shot010/render: flowing: 1 host with room now (best: node1)",
 		"shot010/huge: no fit: none of the 1 host serving the layer fits one frame (64 cores",
 		"shot010/sim: no host:",
+		// One sample of 4 needed: the request.
+		"shot010/render: memory: books 4.0GiB: its request (1 of 4 samples needed); request 4.0GiB; 0 memory kill(s) recorded",
+		"shot010/huge: memory: books 4.0GiB: its request (0 of 4 samples needed); request 4.0GiB; bump 3.0GiB (1)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -103,11 +115,16 @@ func TestExplainCLI(t *testing.T) {
 	var rows []struct {
 		Job, Layer, Reason string
 		Waiting            int
+		Memory             struct {
+			BookedKB int64 `json:"booked_kb"`
+			Source   string
+		}
 	}
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	if len(rows) != 1 || rows[0].Job != "shot020" || rows[0].Layer != "comp" || rows[0].Reason != "held" || rows[0].Waiting != 1 {
+	if len(rows) != 1 || rows[0].Job != "shot020" || rows[0].Layer != "comp" || rows[0].Reason != "held" || rows[0].Waiting != 1 ||
+		rows[0].Memory.BookedKB != farmseed.GB || rows[0].Memory.Source != "request" {
 		t.Errorf("json: %+v", rows)
 	}
 

@@ -70,6 +70,7 @@ func Reasons() []Reason {
 // Facts are what the classification reads about one layer.
 type Facts struct {
 	Show, Job, Layer string
+	LayerID          string
 	// OS is the job's OS ("" = any).
 	OS     string
 	Paused bool
@@ -204,7 +205,7 @@ SELECT lay.show, lay.job, lay.layer, lay.os, lay.b_paused, lay.waiting, lay.depe
                    AND (SELECT COALESCE(SUM(ls2.int_running_count), 0) FROM layer_limit ll2 JOIN layer_stat ls2 ON ls2.pk_layer = ll2.pk_layer
                         WHERE ll2.pk_limit_record = lr.pk_limit_record) >= lr.int_max_value
                  ORDER BY lr.str_name LIMIT 1), '') AS limit_full,
-       lb.ts_until, COALESCE(lb.int_level, 0), COALESCE(lb.int_fails, 0), COALESCE(lb.int_avg_run_ms, 0)
+       lb.ts_until, COALESCE(lb.int_level, 0), COALESCE(lb.int_fails, 0), COALESCE(lb.int_avg_run_ms, 0), lay.pk_layer
 FROM lay
 ` + heldJoin + `
 JOIN job_resource jr    ON jr.pk_job = lay.pk_job
@@ -292,7 +293,7 @@ func Layers(ctx context.Context, db DB, job, layer string, gpuProtection bool) (
 		var avgMs int64
 		if err := rows.Scan(&f.Show, &f.Job, &f.Layer, &f.OS, &f.Paused, &f.Waiting, &f.Depend, &f.Running,
 			&f.CoresMin, &f.MemMinKB, &f.GPUsMin, &f.Hosts, &f.FitTotal, &f.FitIdle, &f.FitIdleUnguarded, &f.BestIdle, &f.BestTotal,
-			&f.BurstFull, &f.FolderFull, &f.JobFull, &f.LimitFull, &until, &f.HeldLevel, &f.HeldFails, &avgMs); err != nil {
+			&f.BurstFull, &f.FolderFull, &f.JobFull, &f.LimitFull, &until, &f.HeldLevel, &f.HeldFails, &avgMs, &f.LayerID); err != nil {
 			return nil, fmt.Errorf("explain: %w", err)
 		}
 		if until != nil {

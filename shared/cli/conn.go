@@ -82,6 +82,8 @@ type ConnValues struct {
 	// Accounting is the --config FILE's accounting section (nil without
 	// one): its Sentinel credentials and Redis TLS settings are used too.
 	Accounting *config.Accounting
+	// Sizing is the --config FILE's sizing section, else the defaults.
+	Sizing config.Sizing
 }
 
 // Resolve reads every setting of the command (flags, then the environment,
@@ -90,6 +92,7 @@ type ConnValues struct {
 func (f *ConnFlags) Resolve(c *Env, name string, needRedis bool) (v ConnValues, code int) {
 	got := map[string]string{}
 	v.Source = map[string]string{}
+	v.Sizing = config.Default().Sizing
 	for _, s := range f.settings {
 		if val := strings.TrimSpace(*f.values[s.Key]); val != "" {
 			got[s.Key], v.Source[s.Key] = val, "--"+s.Flag
@@ -104,6 +107,7 @@ func (f *ConnFlags) Resolve(c *Env, name string, needRedis bool) (v ConnValues, 
 			return v, 1
 		}
 		v.Accounting = &cfg.Accounting
+		v.Sizing = cfg.Sizing
 		for _, s := range f.settings {
 			if got[s.Key] != "" {
 				continue
