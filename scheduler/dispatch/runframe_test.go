@@ -204,4 +204,36 @@ func TestRunFrameAsCuebot(t *testing.T) {
 	if rf2.Os != "" || rf2.Uid != nil || rf2.IgnoreNimby || rf2.Environment["CUE_THREADABLE"] != "0" {
 		t.Errorf("job without OS, uid 0: os %q uid %v ignore_nimby %v threadable %q", rf2.Os, rf2.Uid, rf2.IgnoreNimby, rf2.Environment["CUE_THREADABLE"])
 	}
+
+	// Memory sizing: a frame booked at its layer's history size (or its
+	// own retry size) gets that size as CUE_MEMORY and its limits, as
+	// Cuebot derives them from the memory it dispatches a frame with; the
+	// proc and the frame row record it too.
+	j3 := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Name: "sized", Frames: 2, MemKB: 32 * farmseed.GB, NotThreadable: true}}})
+	for i, sized := range []struct{ history, retry int64 }{{6*farmseed.GB + 5, 0}, {6*farmseed.GB + 5, 9*farmseed.GB + 3}} {
+		l3 := h.layers(j3)[0]
+		l3.SizedMemKB, l3.FrameMemKB = sized.history, sized.retry
+		want := sized.history
+		if sized.retry > 0 {
+			want = sized.retry
+		}
+		if res := h.d.Dispatch(ctx, l3, l3.Frames[:1], host); res.Err != nil || len(res.Dispatched) != 1 {
+			t.Fatalf("sized dispatch %d = %+v", i, res)
+		}
+		var rf3 *rqdpb.RunFrame
+		for _, la := range h.fake.Launches() {
+			if la.RunFrame.GetFrameId() == l3.Frames[0].ID {
+				rf3 = la.RunFrame
+			}
+		}
+		var procMem, frameMem int64
+		if err := h.pool.QueryRow(ctx, `SELECT p.int_mem_reserved, f.int_mem_reserved FROM proc p JOIN frame f ON f.pk_frame = p.pk_frame
+			WHERE p.pk_frame = $1`, l3.Frames[0].ID).Scan(&procMem, &frameMem); err != nil {
+			t.Fatal(err)
+		}
+		if rf3 == nil || rf3.Environment["CUE_MEMORY"] != fmt.Sprint(want) || rf3.SoftMemoryLimit != int64(float64(want)*1.6) ||
+			rf3.HardMemoryLimit != int64(float64(want)*2.0) || procMem != want || frameMem != want {
+			t.Errorf("sized frame %d (want %d KB): runframe %v, proc %d, frame %d", i, want, rf3, procMem, frameMem)
+		}
+	}
 }

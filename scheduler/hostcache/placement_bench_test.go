@@ -16,7 +16,10 @@ import (
 // first in the same run on the same farm: x-vs-best-fit-ratio is the
 // strategy's time per placement over Best-Fit's. epvm scores 24 candidates
 // (plus 6 from the walk's other end); epvm+locality also adds the 16 hosts
-// the layer is warm on.
+// the layer is warm on. epvm+sizing is epvm with memory and threadable
+// sizing on: the frame's size comes from its layer's RSS history (read
+// once per pass, outside this loop), so per host tried it adds only the
+// policy's arithmetic.
 func BenchmarkPlacement(b *testing.B) {
 	reqs := benchRequests()
 	policy := sizing.Policy{CoreUnit: 100, StrandedMemKB: 2 * gib}
@@ -24,17 +27,30 @@ func BenchmarkPlacement(b *testing.B) {
 	accept := func(h Host) bool {
 		return fits(&h.Host)
 	}
+	// Memory sizing on (sizing.memory/threadable: history): the layer
+	// carries its history-derived size and RSS, which the pass read once
+	// before the checkout (package memsize); per host tried only the
+	// policy's arithmetic runs, with threadable cores from the RSS.
+	sized := sizing.Policy{CoreUnit: 100, StrandedMemKB: 2 * gib,
+		History: sizing.History{Memory: sizing.ModeHistory, Threadable: sizing.ModeHistory}}
+	sizedFits := sized.Fitter(sizing.Shape{CoresMin: 100, MemMinKB: 8 * gib, Threadable: true, JobMaxCores: 1 << 40,
+		SizedMemKB: gib + gib/10, RSSKB: gib})
+	acceptSized := func(h Host) bool {
+		return sizedFits(&h.Host)
+	}
 	type variant struct {
 		name      string
 		placement *Placement
 		strategy  HostBookingStrategy
 		layer     string
+		accept    func(Host) bool
 	}
 	variants := []variant{
-		{"best_fit", nil, DefaultStrategy(), ""},
-		{"worst_fit", nil, HostBookingStrategy{}, ""},
-		{"epvm", epvm(24), DefaultStrategy(), ""},
-		{"epvm+locality", epvm(24), DefaultStrategy(), "layer-L"},
+		{"best_fit", nil, DefaultStrategy(), "", accept},
+		{"worst_fit", nil, HostBookingStrategy{}, "", accept},
+		{"epvm", epvm(24), DefaultStrategy(), "", accept},
+		{"epvm+locality", epvm(24), DefaultStrategy(), "layer-L", accept},
+		{"epvm+sizing", epvm(24), DefaultStrategy(), "", acceptSized},
 	}
 	for _, n := range []int{1000, 10000, 100000} {
 		b.Run(fmt.Sprintf("hosts=%d", n), func(b *testing.B) {
@@ -53,7 +69,7 @@ func BenchmarkPlacement(b *testing.B) {
 					f.c.cfg.Placement = v.placement
 					f.c.mu.Unlock()
 					s := v.strategy
-					r := Request{FacilityID: facA, ShowID: showS, Tags: []string{"general"}, Accept: accept, Strategy: &s, LayerID: v.layer}
+					r := Request{FacilityID: facA, ShowID: showS, Tags: []string{"general"}, Accept: v.accept, Strategy: &s, LayerID: v.layer}
 					ns := timeCheckouts(ctx, b, f.c, r, reqs)
 					if v.name == "best_fit" {
 						baseNs = ns
