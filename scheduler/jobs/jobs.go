@@ -130,11 +130,12 @@ type Layer struct {
 	// (layer_usage.int_clock_time_high, whole seconds; 0 = no history):
 	// the worst-case runtime an EASY backfill is judged by.
 	RuntimeHigh time.Duration
-	// Running is layer_stat.int_running_count when the query ran (the
-	// probes of a threadable layer without history).
-	Running int64
-	Env     map[string]string // job env overlaid by layer env
-	Frames  []Frame
+	// Running and Succeeded are layer_stat.int_running_count and
+	// int_succeeded_count when the query ran (the probes of a threadable
+	// layer without history).
+	Running, Succeeded int64
+	Env                map[string]string // job env overlaid by layer env
+	Frames             []Frame
 }
 
 // WorstCase is how long a frame of the layer may run, for an EASY backfill:

@@ -214,7 +214,7 @@ WITH jl AS (
 ), lay AS (
     SELECT l.pk_layer, l.str_name, l.str_cmd, l.str_range, l.int_chunk_size, l.int_dispatch_order,
            l.int_cores_min, l.int_cores_max, l.int_mem_min, l.int_gpus_min, l.int_gpu_mem_min,
-           l.b_threadable, l.str_services, l.str_tags, ls.int_running_count
+           l.b_threadable, l.str_services, l.str_tags, ls.int_running_count, ls.int_succeeded_count
     FROM layer l JOIN layer_stat ls ON ls.pk_layer = l.pk_layer
     WHERE l.pk_job = $1 AND ls.int_waiting_count > 0
       AND string_to_array(replace(l.str_tags::text, ' ', ''), '|') && $2::text[]
@@ -234,7 +234,7 @@ SELECT lay.pk_layer, lay.str_name, lay.str_cmd, lay.str_range, lay.int_chunk_siz
        (SELECT json_object_agg(e.str_key, e.str_value) FROM job_env e WHERE e.pk_job = $1 AND e.str_key IS NOT NULL),
        (SELECT json_object_agg(e.str_key, e.str_value) FROM layer_env e WHERE e.pk_layer = lay.pk_layer AND e.str_key IS NOT NULL),
        COALESCE((SELECT lu.int_clock_time_high FROM layer_usage lu WHERE lu.pk_layer = lay.pk_layer LIMIT 1), 0),
-       lay.int_running_count,
+       lay.int_running_count, lay.int_succeeded_count,
        f.pk_frame, f.str_name, f.int_number, f.ver, f.eligible, f.int_exit_status, f.int_mem_max_used, f.int_mem_reserved, f.ts_stopped
 FROM lay
 JOIN job j          ON j.pk_job = $1
@@ -293,7 +293,7 @@ func Layers(ctx context.Context, db DB, q LayerQuery) ([]*Layer, error) {
 			&l.LogDir, &l.LokiURL, &uid, &l.OS,
 			&l.Priority, &l.JobMaxCores, &l.JobMaxGPUs, &l.JobCoresLive, &l.JobGPUsLive,
 			&l.FolderMaxCores, &l.FolderMaxGPUs,
-			&limits, &jobEnv, &layerEnv, &high, &l.Running,
+			&limits, &jobEnv, &layerEnv, &high, &l.Running, &l.Succeeded,
 			&f.ID, &f.Name, &f.Number, &f.Version, &f.Eligible, &f.ExitStatus, &f.MaxRSSKB, &f.ReservedKB, &stopped); err != nil {
 			return nil, fmt.Errorf("layers of job %s: %w", q.JobID, err)
 		}

@@ -10,6 +10,7 @@ import (
 
 func TestExplainSaysWhy(t *testing.T) {
 	p := FromConfig(config.Default().Sizing)
+	p.Threadable = sizing.ModeHistory
 	if p != policy() {
 		t.Fatalf("defaults %+v differ from the tests' policy %+v", p, policy())
 	}

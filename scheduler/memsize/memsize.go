@@ -293,8 +293,10 @@ func (s *Sizer) Size(ctx context.Context, layers []*jobs.Layer) ([]*jobs.Layer, 
 		if s.h.ThreadableOn() && l.Threadable && len(h.SamplesKB) >= s.h.NeedSamples() {
 			l.RSSKB = d.RSSKB
 		}
-		if s.h.ThreadableOn() && l.Threadable && l.RSSKB == 0 && s.h.ProbeFrames > 0 {
-			// Probing: at most probe_frames frames run at the request.
+		if s.h.ThreadableOn() && l.Threadable && l.RSSKB == 0 && s.h.ProbeFrames > 0 && l.Succeeded < int64(s.h.NeedSamples()) {
+			// Probing: at most probe_frames frames run at the request
+			// until enough have succeeded (whether or not they left RSS
+			// samples: a layer whose frames report none is not held).
 			left := max(int64(s.h.ProbeFrames)-l.Running, 0)
 			if int64(len(l.Frames)) > left {
 				l.Frames = l.Frames[:left]

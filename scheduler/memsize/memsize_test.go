@@ -399,6 +399,12 @@ func TestThreadableProbes(t *testing.T) {
 		t.Fatalf("3 probes running: nothing more starts, got %d layers", len(ls))
 	}
 	f.exec(t, `UPDATE layer_stat SET int_running_count = 0 WHERE pk_layer = $1`, f.layer)
+	// Frames that report no RSS end the probing once enough succeeded.
+	f.exec(t, `UPDATE layer_stat SET int_succeeded_count = 4 WHERE pk_layer = $1`, f.layer)
+	if ls := f.size(t, s); len(ls) != 1 || len(ls[0].Frames) != 12 || ls[0].RSSKB != 0 {
+		t.Fatalf("4 succeeded without RSS: %+v", ls)
+	}
+	f.exec(t, `UPDATE layer_stat SET int_succeeded_count = 0 WHERE pk_layer = $1`, f.layer)
 	f.succeed(t, 18*gb, 17*gb, 18*gb, 16*gb)
 	ls = f.size(t, s)
 	if len(ls) != 1 || len(ls[0].Frames) != 8 || ls[0].RSSKB != 18*gb {

@@ -471,7 +471,7 @@ func Default() Config {
 		},
 		Sizing: Sizing{
 			Memory:         SizingHistory,
-			Threadable:     SizingHistory,
+			Threadable:     SizingRequest,
 			Quantile:       0.95,
 			WindowFrames:   32,
 			MinSamples:     4,
