@@ -1,0 +1,358 @@
+package dashcheck
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/cuesched/cuesched/lab/demo"
+)
+
+// Options configures Run.
+type Options struct {
+	// DocsDir holds grafana/*.json and prometheus/*.yml ("docs").
+	DocsDir string
+	// Duration is how long the simulated farm runs while Prometheus
+	// scrapes it.
+	Duration time.Duration
+	// Hosts and Frames size the farm (lab/demo); Seed its generator.
+	Hosts, Frames int
+	Seed          int64
+	// Prometheus and Promtool are the binaries ("" = from PATH).
+	Prometheus, Promtool string
+	// Out receives the report.
+	Out    io.Writer
+	Logger hclog.Logger
+}
+
+// Step is the range queries' step and ScrapeInterval Prometheus's scrape
+// and rule evaluation interval.
+const (
+	Step           = 2 * time.Second
+	ScrapeInterval = time.Second
+)
+
+// Report is the outcome of Run.
+type Report struct {
+	// Panels evaluated, and those whose every target returned data.
+	Panels, PanelsWithData int
+	// Targets (panel expressions) evaluated, and those with data.
+	Targets, TargetsWithData int
+	// Alerts evaluated, and those whose expression ran and whose every
+	// selector returned data.
+	Alerts, AlertsOK int
+	// Failures lists every problem found (empty: the check passed).
+	Failures []string
+}
+
+// Run is `make dashboard-check`: it parses every dashboard and alert
+// expression, runs promtool check/test rules, starts a real Prometheus
+// (temp dir, free port, 1 s scrape), runs a short embedded farm (real
+// scheduler and sidecar, fake RQD, Cuebot emulator: lab/demo) that it
+// scrapes, runs `promtool check metrics` on both daemons' /metrics
+// mid-run, and evaluates every panel target and alert expression over the
+// run through the HTTP API. Any expression that errors, returns no series,
+// or (a panel) only NaN, and any selector that matches no series, is a
+// failure; all are listed.
+func Run(ctx context.Context, o Options) (Report, error) {
+	var rep Report
+	if o.DocsDir == "" {
+		o.DocsDir = "docs"
+	}
+	if o.Duration <= 0 {
+		o.Duration = 90 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	var err error
+	if o.Prometheus == "" {
+		if o.Prometheus, err = exec.LookPath("prometheus"); err != nil {
+			return rep, errors.New("prometheus not found: install Debian's prometheus package (make deps / scripts/ensure-deps.sh)")
+		}
+	}
+	if o.Promtool == "" {
+		if o.Promtool, err = exec.LookPath("promtool"); err != nil {
+			return rep, errors.New("promtool not found: install Debian's prometheus package (make deps / scripts/ensure-deps.sh)")
+		}
+	}
+	fail := func(format string, args ...any) { rep.Failures = append(rep.Failures, fmt.Sprintf(format, args...)) }
+
+	vars := Vars{Interval: Step, ScrapeInterval: ScrapeInterval, Range: o.Duration}
+	qs, err := LoadAll(o.DocsDir, vars)
+	if err != nil {
+		return rep, err
+	}
+	for _, q := range qs {
+		if _, err := Parse(q.Expr); err != nil {
+			fail("%s: does not parse: %v\n      %s", q.Name(), err, q.Expr)
+		}
+	}
+	ruleFiles, err := AlertFiles(o.DocsDir)
+	if err != nil {
+		return rep, err
+	}
+	rulesDir, _ := filepath.Abs(filepath.Join(o.DocsDir, "prometheus"))
+	fmt.Fprintf(o.Out, "dashboard-check: %d expressions (%d dashboard targets, %d alert rules) from %s\n",
+		len(qs), countKind(qs, false), countKind(qs, true), o.DocsDir)
+
+	// The alert rules: promtool's own checks and unit tests.
+	if out, err := exec.CommandContext(ctx, o.Promtool, append([]string{"check", "rules"}, ruleFiles...)...).CombinedOutput(); err != nil {
+		fail("promtool check rules: %v\n%s", err, indent(out))
+	}
+	tests, _ := filepath.Glob(filepath.Join(rulesDir, "*_test.yml"))
+	for _, t := range tests {
+		cmd := exec.CommandContext(ctx, o.Promtool, "test", "rules", filepath.Base(t))
+		cmd.Dir = rulesDir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fail("promtool test rules %s: %v\n%s", filepath.Base(t), err, indent(out))
+		} else {
+			fmt.Fprintf(o.Out, "  promtool test rules %s: ok\n", filepath.Base(t))
+		}
+	}
+
+	base, err := demo.PrometheusConfig(demo.MetricsEndpoints{}, rulesDir, ScrapeInterval.String())
+	if err != nil {
+		return rep, err
+	}
+	// No scrape target until the demo's endpoints listen.
+	base = base[:strings.Index(base, "scrape_configs:")]
+	prom, err := startPrometheus(ctx, o.Prometheus, base)
+	if err != nil {
+		return rep, err
+	}
+	defer prom.stop()
+	fmt.Fprintf(o.Out, "  prometheus %s (scrape every %s, data in %s)\n", prom.url, ScrapeInterval, prom.dir)
+
+	var (
+		start      time.Time
+		midDone    = make(chan struct{})
+		midMu      sync.Mutex
+		midFailure []string
+		firing     []string
+	)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var demoOut bytes.Buffer
+	ready := func(m demo.MetricsEndpoints) error {
+		cfg, err := demo.PrometheusConfig(m, rulesDir, ScrapeInterval.String())
+		if err != nil {
+			return err
+		}
+		if err := prom.reload(runCtx, cfg); err != nil {
+			return err
+		}
+		if err := prom.waitTargetsUp(runCtx, 2, 60*time.Second); err != nil {
+			return err
+		}
+		start = time.Now()
+		fmt.Fprintf(o.Out, "  scraping scheduler %s and sidecar %s; the farm runs %s\n", m.Scheduler, m.Sidecar, o.Duration)
+		// Mid-run, on a busy farm: promtool check metrics on both
+		// daemons' output, and the rules' state.
+		go func() {
+			defer close(midDone)
+			select {
+			case <-time.After(o.Duration * 3 / 4):
+			case <-runCtx.Done():
+				return
+			}
+			var f []string
+			for _, e := range []struct{ name, addr string }{{"scheduler", m.Scheduler}, {"sidecar", m.Sidecar}} {
+				if msg := promtoolCheckMetrics(runCtx, o.Promtool, "http://"+e.addr+"/metrics"); msg != "" {
+					f = append(f, fmt.Sprintf("promtool check metrics on the %s's /metrics: %s", e.name, msg))
+				}
+			}
+			rules, err := prom.rules(runCtx)
+			if err != nil {
+				f = append(f, fmt.Sprintf("prometheus rules: %v", err))
+			}
+			var fire []string
+			for _, r := range rules {
+				if r.Health != "ok" {
+					f = append(f, fmt.Sprintf("rule %s: health %q: %s", r.Name, r.Health, r.LastError))
+				}
+				if r.State == "firing" || r.State == "pending" {
+					fire = append(fire, r.Name+" ("+r.State+")")
+				}
+			}
+			midMu.Lock()
+			midFailure, firing = f, fire
+			midMu.Unlock()
+		}()
+		return nil
+	}
+	hosts, frames := o.Hosts, o.Frames
+	if hosts <= 0 {
+		hosts = 200
+	}
+	if frames <= 0 {
+		frames = 4000
+	}
+	runErr := demo.Run(runCtx, demo.Options{
+		Hosts: hosts, Frames: frames, Duration: o.Duration, UntilDrained: false,
+		RunTimeMin: 200 * time.Millisecond, RunTimeMax: 2 * time.Second,
+		Out: &demoOut, Logger: o.Logger, Seed: o.Seed,
+		ChartPath:    filepath.Join(prom.dir, "demo.png"),
+		MetricsReady: ready,
+	})
+	end := time.Now()
+	cancel()
+	if start.IsZero() {
+		return rep, fmt.Errorf("the farm did not start: %v\n%s", runErr, tail(demoOut.String(), 3000))
+	}
+	<-midDone
+	if runErr != nil {
+		fail("the simulated farm did not hold its guarantees: %v (its output below)\n%s", runErr, indent([]byte(tail(demoOut.String(), 3000))))
+	}
+	midMu.Lock()
+	rep.Failures = append(rep.Failures, midFailure...)
+	if len(firing) > 0 {
+		fmt.Fprintf(o.Out, "  alerts pending or firing mid-run (a healthy farm; firing is a failure): %s\n", strings.Join(firing, ", "))
+	}
+	midMu.Unlock()
+	fmt.Fprintf(o.Out, "  the farm ran %s; evaluating over [%s, %s] at a %s step\n",
+		end.Sub(start).Round(time.Second), start.UTC().Format("15:04:05"), end.UTC().Format("15:04:05"), Step)
+
+	qctx, qcancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer qcancel()
+	// Firing alerts on a healthy farm are a failure.
+	if r, err := prom.queryRange(qctx, `ALERTS{alertstate="firing"}`, start, end, Step); err != nil {
+		fail("ALERTS: %v", err)
+	} else if r.Series > 0 {
+		fail("%d alert(s) fired on a healthy farm (query ALERTS{alertstate=\"firing\"})", r.Series)
+	}
+
+	type panelKey struct {
+		src string
+		id  int
+	}
+	panelOK := map[panelKey]bool{}
+	var lines []string
+	for _, q := range qs {
+		e, err := Parse(q.Expr)
+		if err != nil {
+			continue // reported above
+		}
+		var problems []string
+		r, err := prom.queryRange(qctx, q.Expr, start, end, Step)
+		switch {
+		case err != nil:
+			problems = append(problems, "error: "+err.Error())
+		case q.Alert:
+			// Empty is the healthy answer of an alert expression; its
+			// inputs must exist (below).
+		case r.Series == 0:
+			problems = append(problems, "no series")
+		case r.WithNumbers == 0:
+			problems = append(problems, fmt.Sprintf("%d series, only NaN", r.Series))
+		}
+		for _, sel := range Selectors(e) {
+			sr, err := prom.queryRange(qctx, sel, start, end, Step)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("selector %s: %v", sel, err))
+			} else if sr.Series == 0 {
+				problems = append(problems, fmt.Sprintf("selector %s matches no series", sel))
+			}
+		}
+		status := "ok"
+		if len(problems) > 0 {
+			status = "FAIL"
+			fail("%s: %s\n      %s", q.Name(), strings.Join(problems, "; "), q.Expr)
+		}
+		if q.Alert {
+			rep.Alerts++
+			if len(problems) == 0 {
+				rep.AlertsOK++
+			}
+			lines = append(lines, fmt.Sprintf("  %-4s %s", status, q.Name()))
+			continue
+		}
+		rep.Targets++
+		if len(problems) == 0 {
+			rep.TargetsWithData++
+		}
+		k := panelKey{q.Source, q.PanelID}
+		if prev, seen := panelOK[k]; !seen || prev {
+			panelOK[k] = len(problems) == 0
+		}
+		lines = append(lines, fmt.Sprintf("  %-4s %s: %d series", status, q.Name(), r.Series))
+	}
+	rep.Panels = len(panelOK)
+	for _, ok := range panelOK {
+		if ok {
+			rep.PanelsWithData++
+		}
+	}
+	for _, l := range lines {
+		fmt.Fprintln(o.Out, l)
+	}
+	fmt.Fprintf(o.Out, "dashboard-check: panels %d evaluated, %d with data; targets %d, %d with data; alert rules %d, %d evaluated with every input present\n",
+		rep.Panels, rep.PanelsWithData, rep.Targets, rep.TargetsWithData, rep.Alerts, rep.AlertsOK)
+	sort.Strings(rep.Failures)
+	return rep, nil
+}
+
+func countKind(qs []Query, alert bool) int {
+	n := 0
+	for _, q := range qs {
+		if q.Alert == alert {
+			n++
+		}
+	}
+	return n
+}
+
+// promtoolCheckMetrics fetches url and runs `promtool check metrics` on
+// it; "" when clean.
+func promtoolCheckMetrics(ctx context.Context, promtool, url string) string {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	c := &http.Client{Timeout: 30 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	var body bytes.Buffer
+	if _, err := body.ReadFrom(resp.Body); err != nil {
+		return err.Error()
+	}
+	if resp.StatusCode != http.StatusOK {
+		return resp.Status
+	}
+	if body.Len() == 0 {
+		return "empty exposition"
+	}
+	cmd := exec.CommandContext(ctx, promtool, "check", "metrics")
+	cmd.Stdin = &body
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "" {
+		return fmt.Sprintf("%v\n%s", err, indent(out))
+	}
+	return ""
+}
+
+func indent(b []byte) string {
+	s := strings.TrimRight(string(b), "\n")
+	return "      " + strings.ReplaceAll(s, "\n", "\n      ")
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
