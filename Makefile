@@ -49,8 +49,9 @@ verify: deps build
 	./bin/cuesched-lab dashboard-check $(DASHCHECK_FLAGS)
 
 # Is the dashboard true? A real Prometheus (Debian package prometheus; temp
-# dir, free port) scrapes a one-minute embedded farm (real scheduler and
-# sidecar, fake RQD, Cuebot emulator); every panel target of
+# dir, free port) scrapes an embedded farm (real scheduler and sidecar, fake
+# RQD, Cuebot emulator) for a minute or more (until every expression has
+# data, at most 4 min); every panel target of
 # docs/grafana/*.json and every rule of docs/prometheus is evaluated over
 # the run, and any expression that errors or returns no data fails it (all
 # listed), as do `promtool check metrics` on both daemons and `promtool

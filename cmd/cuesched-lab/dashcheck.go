@@ -14,14 +14,17 @@ import (
 	"github.com/cuesched/cuesched/shared/cli"
 )
 
-const dashcheckUsage = `usage: cuesched-lab dashboard-check [--docs DIR] [--duration DURATION]
+const dashcheckUsage = `usage: cuesched-lab dashboard-check [--docs DIR] [--duration DURATION] [--max-duration DURATION]
                      [--hosts N] [--frames N] [--seed N] [--log-level LEVEL]
+                     [--run-time-min DURATION] [--run-time-max DURATION]
 
 Checks that the shipped Grafana dashboards (DIR/grafana/*.json) and alert
 rules (DIR/prometheus/*.yml) are true on a healthy farm. It starts a real
 Prometheus (Debian package prometheus; temp dir, free port, 1 s scrape) and
 a short embedded farm (the demo's: real scheduler and sidecar, fake RQD,
-Cuebot emulator) that it scrapes; runs promtool check rules, promtool test
+Cuebot emulator) that it scrapes for --duration, then on until every
+expression has data (some need an event, e.g. a reservation ending) or
+--max-duration passes; runs promtool check rules, promtool test
 rules and, mid-run, promtool check metrics on both daemons' /metrics; then
 evaluates every panel target and alert expression over the run through the
 HTTP API (Grafana's $__interval, $__rate_interval and $__range and the
@@ -39,11 +42,14 @@ exit status: 0 every expression returns data; 1 some do not, or an error;
 func runDashcheck(ctx context.Context, c *cli.Env, args []string) int {
 	fs := cli.NewFlagSet(c, "cuesched-lab dashboard-check", dashcheckUsage)
 	docs := fs.String("docs", "docs", "the directory with grafana/ and prometheus/ (`DIR`)")
-	duration := fs.Duration("duration", 90*time.Second, "how long the farm runs while Prometheus scrapes it")
-	hosts := fs.Int("hosts", 200, "render nodes in the farm")
+	duration := fs.Duration("duration", 60*time.Second, "how long the farm runs at least while Prometheus scrapes it")
+	maxDuration := fs.Duration("max-duration", 4*time.Minute, "how long it may run on until every expression has data")
+	hosts := fs.Int("hosts", 80, "render nodes in the farm")
 	frames := fs.Int("frames", 4000, "frames to render")
 	seed := fs.Int64("seed", 1, "farm generator seed")
-	logLevel := fs.String("log-level", "error", "component log level (logs go to stderr)")
+	rtMin := fs.Duration("run-time-min", 4*time.Second, "shortest fake frame run time")
+	rtMax := fs.Duration("run-time-max", 20*time.Second, "longest fake frame run time")
+	logLevel := fs.String("log-level", "off", "component log level (logs go to stderr; off by default: stopping the farm mid-flight logs cancelled completions)")
 	if code, done := fs.ParseArgs(args); done {
 		return code
 	}
@@ -61,6 +67,7 @@ func runDashcheck(ctx context.Context, c *cli.Env, args []string) int {
 	logger := hclog.New(&hclog.LoggerOptions{Name: "dashboard-check", Level: hclog.LevelFromString(*logLevel), Output: c.Stderr})
 	rep, err := dashcheck.Run(ctx, dashcheck.Options{
 		DocsDir: *docs, Duration: *duration, Hosts: *hosts, Frames: *frames, Seed: *seed,
+		RunTimeMin: *rtMin, RunTimeMax: *rtMax, MaxDuration: *maxDuration,
 		Out: c.Stdout, Logger: logger,
 	})
 	if err != nil {

@@ -214,6 +214,34 @@ func (p *prometheus) queryRange(ctx context.Context, expr string, start, end tim
 	return r, nil
 }
 
+// queryInstant evaluates expr at t.
+func (p *prometheus) queryInstant(ctx context.Context, expr string, t time.Time) (rangeResult, error) {
+	data, err := p.get(ctx, "/api/v1/query", url.Values{
+		"query": {expr},
+		"time":  {strconv.FormatInt(t.Unix(), 10)},
+	})
+	if err != nil {
+		return rangeResult{}, err
+	}
+	var d struct {
+		Result []struct {
+			Value [2]any `json:"value"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(data, &d); err != nil {
+		return rangeResult{}, err
+	}
+	var r rangeResult
+	for _, s := range d.Result {
+		r.Series++
+		str, _ := s.Value[1].(string)
+		if f, err := strconv.ParseFloat(str, 64); err == nil && !math.IsNaN(f) {
+			r.WithNumbers++
+		}
+	}
+	return r, nil
+}
+
 type scrapeTarget struct {
 	Job    string `json:"scrapePool"`
 	URL    string `json:"scrapeUrl"`

@@ -81,6 +81,10 @@ func TestParseAndWalk(t *testing.T) {
 	if got := MetricNames(e); !slices.Equal(got, []string{"g", "h_seconds_bucket"}) {
 		t.Errorf("MetricNames = %v", got)
 	}
+	e, _ = Parse(`sum(rate(a_total{x="1"}[1m])) / sum(rate(a_total{x="1"}[1m])) or vector(0)`)
+	if got := Selectors(e); !slices.Equal(got, []string{`a_total{x="1"}`}) {
+		t.Errorf("Selectors = %v", got)
+	}
 }
 
 // TestOperatorGuideDescribesEveryMetric: every metric a dashboard panel or

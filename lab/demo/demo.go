@@ -53,6 +53,8 @@ type Options struct {
 	// rules when RulesDir names docs/prometheus).
 	PrometheusConfig string
 	RulesDir         string
+	// Stop, when closed, ends the run as Duration does.
+	Stop <-chan struct{}
 	// MetricsReady, when set, is called once both /metrics endpoints
 	// listen, before the fake RQD, sidecar and scheduler start (so a
 	// scraper sees every series from zero); an error ends the run.

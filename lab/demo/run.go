@@ -54,6 +54,10 @@ func (s Summary) OK(untilDrained bool) bool {
 		s.Drifts == 0 && s.UnmanagedMoved == 0 && s.Launches == s.UniqueFrames
 }
 
+// ErrGuarantees is Run's error when the farm ran but did not hold its
+// promises (the summary says which).
+var ErrGuarantees = errors.New("the run did not hold its guarantees (see the summary)")
+
 // Run starts the environment and the farm's processes, reports progress
 // until the queue drains (UntilDrained), Duration passes or ctx ends, and
 // prints a summary. It returns an error when the run did not hold its
@@ -160,10 +164,17 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	wg.Add(1)
+	// The sidecar stops last (its own context): on a stop before the
+	// queue drained, the scheduler and the emulator stop first, then the
+	// sidecar applies the releases already in the WAL, so the audit sees
+	// a settled farm.
+	sidecarCtx, sidecarCancel := context.WithCancel(ctx)
+	defer sidecarCancel()
+	var sidecarWG sync.WaitGroup
+	sidecarWG.Add(1)
 	go func() {
-		defer wg.Done()
-		if err := sc.Run(runCtx); err != nil && runCtx.Err() == nil {
+		defer sidecarWG.Done()
+		if err := sc.Run(sidecarCtx); err != nil && sidecarCtx.Err() == nil {
 			errs <- fmt.Errorf("sidecar: %w", err)
 		}
 	}()
@@ -219,6 +230,15 @@ func Run(ctx context.Context, o Options) error {
 	if !keep {
 		cancel()
 		wg.Wait()
+		if !sum.Drained && ctx.Err() == nil {
+			// Stopped mid-flight (--duration): bookings and completions
+			// have stopped; let the sidecar apply what the WAL holds.
+			if err := waitSidecarCaughtUp(ctx, e, sc, 60*time.Second); err != nil {
+				fmt.Fprintf(o.Out, "warning: %v\n", err)
+			}
+		}
+		sidecarCancel()
+		sidecarWG.Wait()
 	}
 
 	// Final audit: Redis against SUM(proc) once everything has stopped.
@@ -255,7 +275,7 @@ func Run(ctx context.Context, o Options) error {
 	case runErr != nil:
 		verdict = runErr
 	case !sum.OK(o.UntilDrained):
-		verdict = errors.New("the run did not hold its guarantees (see the summary)")
+		verdict = ErrGuarantees
 	}
 	if keep {
 		fmt.Fprintln(o.Out)
@@ -264,6 +284,8 @@ func Run(ctx context.Context, o Options) error {
 		<-ctx.Done()
 		cancel()
 		wg.Wait()
+		sidecarCancel()
+		sidecarWG.Wait()
 		fmt.Fprintln(o.Out, "stopped")
 	}
 	return verdict
@@ -360,6 +382,8 @@ loop:
 			runErr = err
 			break loop
 		case <-deadline:
+			break loop
+		case <-o.Stop:
 			break loop
 		case <-tick.C:
 		}
