@@ -30,8 +30,9 @@ type Options struct {
 	Duration, MaxDuration time.Duration
 	// Hosts and Frames size the farm (lab/demo); Seed its generator;
 	// RunTimeMin/Max bound the fake frames' run times. Frames of seconds
-	// keep hosts partly busy, so the demo's wide frames find no empty host
-	// and get a reservation (the reservation panels then have data).
+	// keep hosts partly busy, so the demo's wide frames (submitted 20 s
+	// in) find no empty host and get a reservation (the reservation
+	// panels then have data).
 	Hosts, Frames          int
 	Seed                   int64
 	RunTimeMin, RunTimeMax time.Duration
@@ -206,6 +207,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			for _, e := range []struct{ name, addr string }{{"scheduler", m.Scheduler}, {"sidecar", m.Sidecar}} {
 				if msg := promtoolCheckMetrics(runCtx, o.Promtool, "http://"+e.addr+"/metrics"); msg != "" {
 					f = append(f, fmt.Sprintf("promtool check metrics on the %s's /metrics: %s", e.name, msg))
+				} else {
+					fmt.Fprintf(o.Out, "  promtool check metrics on the %s's /metrics (%s into the run): clean\n", e.name, time.Since(start).Round(time.Second))
 				}
 			}
 			rules, err := prom.rules(runCtx)
@@ -243,7 +246,12 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	runErr := demo.Run(runCtx, demo.Options{
 		Hosts: hosts, Frames: frames, Duration: o.MaxDuration + time.Minute, UntilDrained: false,
 		RunTimeMin: rtMin, RunTimeMax: rtMax, Stop: stop,
-		Out: &demoOut, Logger: o.Logger, Seed: o.Seed,
+		// The wide frames come once every host is busy with frames of
+		// seconds: no host is free for them, so they get a reservation,
+		// and it ends when the reserved host has drained (the
+		// reservation panels need both).
+		WideAfter: 20 * time.Second,
+		Out:       &demoOut, Logger: o.Logger, Seed: o.Seed,
 		ChartPath:    filepath.Join(prom.dir, "demo.png"),
 		MetricsReady: ready,
 	})

@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"syscall"
 	"time"
@@ -49,22 +49,14 @@ func startPrometheus(ctx context.Context, bin, cfg string) (*prometheus, error) 
 		return nil, err
 	}
 	defer logf.Close()
-	// A free port: bind, note, release. Prometheus binds it right after;
-	// if another process took it meanwhile, Prometheus exits and we say so.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		p.cleanup()
-		return nil, err
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	p.url = "http://" + addr
+	// Prometheus binds a free port itself (no race with another process
+	// over a port picked beforehand) and logs the address it got.
 	p.cmd = exec.Command(bin,
 		"--config.file="+p.cfgPath,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr,
+		"--web.listen-address=127.0.0.1:0",
 		"--web.enable-lifecycle",
-		"--log.level=warn")
+		"--log.level=info")
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
@@ -77,12 +69,20 @@ func startPrometheus(ctx context.Context, bin, cfg string) (*prometheus, error) 
 	}()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/-/ready", nil)
-		resp, err := p.client.Do(req)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p, nil
+		if p.url == "" {
+			log, _ := os.ReadFile(filepath.Join(p.dir, "prometheus.log"))
+			if m := listeningRE.FindSubmatch(log); m != nil {
+				p.url = "http://" + string(m[1])
+			}
+		}
+		if p.url != "" {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/-/ready", nil)
+			resp, err := p.client.Do(req)
+			if err == nil {
+				_ = resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return p, nil
+				}
 			}
 		}
 		select {
@@ -102,6 +102,10 @@ func startPrometheus(ctx context.Context, bin, cfg string) (*prometheus, error) 
 		}
 	}
 }
+
+// listeningRE finds the address in Prometheus's "Listening on" log line
+// (logfmt in 2.x: msg="Listening on" address=127.0.0.1:41234).
+var listeningRE = regexp.MustCompile(`msg="Listening on" address=\[?(127\.0\.0\.1:[0-9]+)\]?`)
 
 func (p *prometheus) logTail() string {
 	b, _ := os.ReadFile(filepath.Join(p.dir, "prometheus.log"))

@@ -53,6 +53,8 @@ type Options struct {
 	// rules when RulesDir names docs/prometheus).
 	PrometheusConfig string
 	RulesDir         string
+	// WideAfter is when the wide job is submitted (0 = 4 s into the run).
+	WideAfter time.Duration
 	// Stop, when closed, ends the run as Duration does.
 	Stop <-chan struct{}
 	// MetricsReady, when set, is called once both /metrics endpoints

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -395,7 +396,7 @@ loop:
 			continue
 		}
 		now := time.Now()
-		if e.Farm.WideJob != "" && tl.wideAt == 0 && now.Sub(start) >= wideAfter {
+		if e.Farm.WideJob != "" && tl.wideAt == 0 && now.Sub(start) >= cmp.Or(o.WideAfter, wideAfter) {
 			if _, err := e.Pool.Exec(ctx, `UPDATE job SET b_paused = false WHERE str_name = $1`, e.Farm.WideJob); err == nil {
 				tl.wideAt = now.Sub(start).Seconds()
 				if !o.Interactive {
