@@ -181,6 +181,8 @@ func (p *prometheus) get(ctx context.Context, path string, params url.Values) (j
 // of them have at least one number (not NaN).
 type rangeResult struct {
 	Series, WithNumbers int
+	// Max is the largest number seen (instant queries only).
+	Max float64
 }
 
 // queryRange evaluates expr over [start, end] at step.
@@ -240,6 +242,9 @@ func (p *prometheus) queryInstant(ctx context.Context, expr string, t time.Time)
 		r.Series++
 		str, _ := s.Value[1].(string)
 		if f, err := strconv.ParseFloat(str, 64); err == nil && !math.IsNaN(f) {
+			if r.WithNumbers == 0 || f > r.Max {
+				r.Max = f
+			}
 			r.WithNumbers++
 		}
 	}
