@@ -9,7 +9,7 @@ VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 REVISION  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 
-.PHONY: all deps build test stress demo bench verify faults lint proto clean
+.PHONY: all deps build test stress demo bench verify dashboard-check faults lint proto clean
 
 all: build
 
@@ -43,8 +43,23 @@ bench: deps build
 # variants) against an embedded farm; writes verify/report.md, report.json
 # and the fill charts, and fails if any judged scenario fails.
 # VERIFY_FLAGS passes more flags (e.g. --seed 7 --scale 2).
+# Then the dashboard check (below).
 verify: deps build
 	./bin/cuesched-lab sim --scenario all --out verify $(VERIFY_FLAGS)
+	./bin/cuesched-lab dashboard-check $(DASHCHECK_FLAGS)
+
+# Is the dashboard true? A real Prometheus (Debian package prometheus; temp
+# dir, free port) scrapes an embedded farm (real scheduler and sidecar, fake
+# RQD, Cuebot emulator) for a minute or more (until every expression has
+# data, at most 4 min); every panel target of
+# docs/grafana/*.json and every rule of docs/prometheus is evaluated over
+# the run, and any expression that errors or returns no data fails it (all
+# listed), as do `promtool check metrics` on both daemons and `promtool
+# check/test rules`. Ends with the panel coverage. The parse-only part
+# (every expression parses; every metric is in the operator guide) runs in
+# `make test` (lab/dashcheck).
+dashboard-check: deps build
+	./bin/cuesched-lab dashboard-check $(DASHCHECK_FLAGS)
 
 # The full fault and bad-input suite (lab/faults): every fault
 # randomized and repeated, the chaos run, and every bad-input case. Its fast

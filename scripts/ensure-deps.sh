@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure the servers the tests and the demo start are installed:
-# PostgreSQL (server binaries, for initdb/postgres), redis-server, protoc and
-# promtool (package prometheus: the metric-name lint test and make dashboard-check).
+# PostgreSQL (server binaries, for initdb/postgres), redis-server, protoc,
+# prometheus and promtool (package prometheus: the metric-name lint test and
+# make dashboard-check, which runs a real Prometheus).
 # `ensure-deps.sh stress` also makes sure stress-ng is there (make stress).
 # As root it installs what is missing with apt-get; otherwise it prints the
 # exact command and fails.
@@ -13,6 +14,7 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-benchmark >/dev/null 2>&1 || missing+=(redis-tools)
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 if ! ls /usr/lib/postgresql/*/bin/pgbench >/dev/null 2>&1 && ! command -v pgbench >/dev/null 2>&1; then
   missing+=(postgresql-contrib)
 fi

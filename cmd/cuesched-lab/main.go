@@ -22,10 +22,11 @@ var (
 
 func commands() map[string]cli.Command {
 	return map[string]cli.Command{
-		"sim":      {Summary: "run the verify battery: farm-scale scheduling scenarios with PASS/FAIL", Run: runSim},
-		"demo":     {Summary: "run an embedded farm (Postgres, Redis, fake RQD) and watch frames flow", Run: runDemo},
-		"fake-rqd": {Summary: "answer RQD calls for every host, to rehearse a rollout on a staging database", Run: runFakeRQD},
-		"version":  cli.VersionCommand("cuesched-lab", version, revision),
+		"sim":             {Summary: "run the verify battery: farm-scale scheduling scenarios with PASS/FAIL", Run: runSim},
+		"demo":            {Summary: "run an embedded farm (Postgres, Redis, fake RQD) and watch frames flow", Run: runDemo},
+		"dashboard-check": {Summary: "check the Grafana dashboard and alert rules against a real Prometheus scraping a short farm", Run: runDashcheck},
+		"fake-rqd":        {Summary: "answer RQD calls for every host, to rehearse a rollout on a staging database", Run: runFakeRQD},
+		"version":         cli.VersionCommand("cuesched-lab", version, revision),
 	}
 }
 

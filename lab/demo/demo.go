@@ -44,6 +44,23 @@ type Options struct {
 	// ChartPath is where the run's chart (PNG) goes; "" = a file in the
 	// temp dir.
 	ChartPath string
+	// SchedulerMetricsAddr and SidecarMetricsAddr are where the
+	// scheduler's and the sidecar's /metrics listen, each on its own
+	// endpoint as in production ("" = 127.0.0.1 on a free port).
+	SchedulerMetricsAddr, SidecarMetricsAddr string
+	// PrometheusConfig, when set, is where the demo writes a
+	// prometheus.yml that scrapes both endpoints (with the shipped alert
+	// rules when RulesDir names docs/prometheus).
+	PrometheusConfig string
+	RulesDir         string
+	// WideAfter is when the wide job is submitted (0 = 4 s into the run).
+	WideAfter time.Duration
+	// Stop, when closed, ends the run as Duration does.
+	Stop <-chan struct{}
+	// MetricsReady, when set, is called once both /metrics endpoints
+	// listen, before the fake RQD, sidecar and scheduler start (so a
+	// scraper sees every series from zero); an error ends the run.
+	MetricsReady func(MetricsEndpoints) error
 }
 
 // Env is the running embedded environment.

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,6 +55,10 @@ func (s Summary) OK(untilDrained bool) bool {
 		s.Drifts == 0 && s.UnmanagedMoved == 0 && s.Launches == s.UniqueFrames
 }
 
+// ErrGuarantees is Run's error when the farm ran but did not hold its
+// promises (the summary says which).
+var ErrGuarantees = errors.New("the run did not hold its guarantees (see the summary)")
+
 // Run starts the environment and the farm's processes, reports progress
 // until the queue drains (UntilDrained), Duration passes or ctx ends, and
 // prints a summary. It returns an error when the run did not hold its
@@ -79,16 +84,44 @@ func Run(ctx context.Context, o Options) error {
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	reg := prometheus.NewRegistry()
-	msrv, err := metrics.Serve("127.0.0.1:0", reg, metrics.NewHealth(), o.Logger, metrics.ServeOptions{})
-	if err != nil {
-		return err
+	// The scheduler and the sidecar each have their registry and
+	// /metrics endpoint, as the deployed daemons do (two scrape targets).
+	schedReg, sidecarReg := prometheus.NewRegistry(), prometheus.NewRegistry()
+	reg := prometheus.Gatherers{schedReg, sidecarReg}
+	var endpoints MetricsEndpoints
+	for _, m := range []struct {
+		addr string
+		reg  *prometheus.Registry
+		url  *string
+	}{
+		{o.SchedulerMetricsAddr, schedReg, &endpoints.Scheduler},
+		{o.SidecarMetricsAddr, sidecarReg, &endpoints.Sidecar},
+	} {
+		addr := m.addr
+		if addr == "" {
+			addr = "127.0.0.1:0"
+		}
+		msrv, err := metrics.Serve(addr, m.reg, metrics.NewHealth(), o.Logger, metrics.ServeOptions{})
+		if err != nil {
+			return fmt.Errorf("metrics endpoint %s: %w", addr, err)
+		}
+		defer func() {
+			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer scancel()
+			_ = msrv.Shutdown(sctx)
+		}()
+		*m.url = msrv.Addr()
 	}
-	defer func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer scancel()
-		_ = msrv.Shutdown(sctx)
-	}()
+	if o.PrometheusConfig != "" {
+		if err := WritePrometheusConfig(o.PrometheusConfig, endpoints, o.RulesDir); err != nil {
+			return err
+		}
+	}
+	if o.MetricsReady != nil {
+		if err := o.MetricsReady(endpoints); err != nil {
+			return err
+		}
+	}
 
 	// Cuebot's completion path and the fake RQD.
 	emu := cuebotemu.New(e.Pool, o.Logger.Named("cuebot"))
@@ -128,14 +161,21 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	sc, err := sidecar.New(sidecar.Config{DatabaseURL: sidecarURL, SlotName: "cuesched_sidecar_demo", CreateSlot: true,
-		Logger: o.Logger.Named("sidecar"), Registerer: reg}, rdb)
+		Logger: o.Logger.Named("sidecar"), Registerer: sidecarReg}, rdb)
 	if err != nil {
 		return err
 	}
-	wg.Add(1)
+	// The sidecar stops last (its own context): on a stop before the
+	// queue drained, the scheduler and the emulator stop first, then the
+	// sidecar applies the releases already in the WAL, so the audit sees
+	// a settled farm.
+	sidecarCtx, sidecarCancel := context.WithCancel(ctx)
+	defer sidecarCancel()
+	var sidecarWG sync.WaitGroup
+	sidecarWG.Add(1)
 	go func() {
-		defer wg.Done()
-		if err := sc.Run(runCtx); err != nil && runCtx.Err() == nil {
+		defer sidecarWG.Done()
+		if err := sc.Run(sidecarCtx); err != nil && sidecarCtx.Err() == nil {
 			errs <- fmt.Errorf("sidecar: %w", err)
 		}
 	}()
@@ -158,7 +198,7 @@ func Run(ctx context.Context, o Options) error {
 	cfg.Queue.Reservations.RefreshInterval = config.Duration(250 * time.Millisecond)
 	cfg.Queue.WaitingStatsInterval = config.Duration(5 * time.Second)
 	sched, err := scheduler.New(runCtx, cfg, scheduler.Deps{
-		Redis: rdb, RQDResolve: fake.Resolve, Logger: o.Logger.Named("scheduler"), Registerer: reg,
+		Redis: rdb, RQDResolve: fake.Resolve, Logger: o.Logger.Named("scheduler"), Registerer: schedReg,
 	})
 	if err != nil {
 		return err
@@ -173,8 +213,7 @@ func Run(ctx context.Context, o Options) error {
 	}()
 	fmt.Fprintln(o.Out, "  scheduler, sidecar and Cuebot emulator running")
 	fmt.Fprintln(o.Out)
-	metricsURL := "http://" + msrv.Addr() + "/metrics"
-	writeEnv(o.Out, e, metricsURL, !o.Keep)
+	writeEnv(o.Out, e, endpoints, o.PrometheusConfig, !o.Keep)
 	fmt.Fprintln(o.Out)
 
 	sum, runErr := watch(runCtx, o, e, rdb, fake, errs, cfg.Queue.GPUProtection, reg)
@@ -192,6 +231,15 @@ func Run(ctx context.Context, o Options) error {
 	if !keep {
 		cancel()
 		wg.Wait()
+		if !sum.Drained && ctx.Err() == nil {
+			// Stopped mid-flight (--duration): bookings and completions
+			// have stopped; let the sidecar apply what the WAL holds.
+			if err := waitSidecarCaughtUp(ctx, e, sc, 60*time.Second); err != nil {
+				fmt.Fprintf(o.Out, "warning: %v\n", err)
+			}
+		}
+		sidecarCancel()
+		sidecarWG.Wait()
 	}
 
 	// Final audit: Redis against SUM(proc) once everything has stopped.
@@ -228,15 +276,17 @@ func Run(ctx context.Context, o Options) error {
 	case runErr != nil:
 		verdict = runErr
 	case !sum.OK(o.UntilDrained):
-		verdict = errors.New("the run did not hold its guarantees (see the summary)")
+		verdict = ErrGuarantees
 	}
 	if keep {
 		fmt.Fprintln(o.Out)
 		fmt.Fprintln(o.Out, "the farm stays up (--keep): scheduler, sidecar, fake RQD and Cuebot emulator keep running until Ctrl-C")
-		writeEnv(o.Out, e, metricsURL, false)
+		writeEnv(o.Out, e, endpoints, o.PrometheusConfig, false)
 		<-ctx.Done()
 		cancel()
 		wg.Wait()
+		sidecarCancel()
+		sidecarWG.Wait()
 		fmt.Fprintln(o.Out, "stopped")
 	}
 	return verdict
@@ -259,7 +309,7 @@ func writeChartFile(path string, tl *timeline, e *Env) error {
 
 // writeEnv prints what to paste into another terminal to look at the
 // running farm with the real tools.
-func writeEnv(out io.Writer, e *Env, metricsURL string, keepHint bool) {
+func writeEnv(out io.Writer, e *Env, m MetricsEndpoints, promConfig string, keepHint bool) {
 	job := e.Farm.LimitedJob
 	if job == "" && len(e.Farm.JobNames) > 0 {
 		job = e.Farm.JobNames[0]
@@ -271,7 +321,9 @@ func writeEnv(out io.Writer, e *Env, metricsURL string, keepHint bool) {
 	fmt.Fprintf(out, "    bin/cuesched explain %s   # why its frames wait, per layer\n", job)
 	fmt.Fprintln(out, "    bin/cuesched show list                # shows, booked cores against their bursts")
 	fmt.Fprintln(out, "    bin/cuesched accounting audit         # Redis against SUM(proc)")
-	fmt.Fprintf(out, "    curl -s %s | grep scheduler_waiting_frames\n", metricsURL)
+	fmt.Fprintf(out, "    curl -s http://%s/metrics | grep scheduler_waiting_frames\n", m.Scheduler)
+	fmt.Fprintf(out, "    curl -s http://%s/metrics | grep sidecar_releases_total\n", m.Sidecar)
+	writePrometheusHint(out, m, promConfig)
 	if keepHint {
 		fmt.Fprintln(out, "  (the farm is torn down when the run ends; --keep leaves it up until Ctrl-C)")
 	}
@@ -332,6 +384,8 @@ loop:
 			break loop
 		case <-deadline:
 			break loop
+		case <-o.Stop:
+			break loop
 		case <-tick.C:
 		}
 		c, err := Sample(ctx, e.Pool)
@@ -342,7 +396,7 @@ loop:
 			continue
 		}
 		now := time.Now()
-		if e.Farm.WideJob != "" && tl.wideAt == 0 && now.Sub(start) >= wideAfter {
+		if e.Farm.WideJob != "" && tl.wideAt == 0 && now.Sub(start) >= cmp.Or(o.WideAfter, wideAfter) {
 			if _, err := e.Pool.Exec(ctx, `UPDATE job SET b_paused = false WHERE str_name = $1`, e.Farm.WideJob); err == nil {
 				tl.wideAt = now.Sub(start).Seconds()
 				if !o.Interactive {
