@@ -38,14 +38,20 @@ func (e *env) firstLaunchAfter(t0 time.Time, timeout time.Duration) (time.Time, 
 	return time.Time{}, false
 }
 
+// outageGapBound is the acceptance of issue #27: booking resumes within
+// 5 s of the start of a 3 s database outage. By design the last failed
+// pass before the database comes back sleeps at most
+// cluster_error_backoff_max (1 s), so the gap is 3 s + at most 1 s + one
+// pass and its launch: about a second of slack for a loaded machine.
+const outageGapBound = 5 * time.Second
+
 // TestFaultPostgresOutageBookingGap: every process loses Postgres for 3 s
 // (a restart or a failover seen from the daemons) while work waits, with
 // the production queue pacing (cluster_empty_sleep 30 s). A failed pass
-// is retried after the error backoff (200 ms doubling to 2 s), not after
-// the empty sleep: booking resumes within a few seconds of the database
-// coming back. The gap (cut to first launch) is measured and printed; the
-// verdict is that it stays under the empty sleep, the sign of the bug
-// (round 2 measured 30.3 s), whatever the machine's speed.
+// is retried after the error backoff (200 ms doubling to 1 s, jittered),
+// not after the empty sleep (round 2 measured 30.3 s): booking resumes
+// within about a second of the database coming back. The gap (cut to first
+// launch) is measured and printed, and must be at most outageGapBound.
 func TestFaultPostgresOutageBookingGap(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{Frames: pick(600, 1200), Queue: productionPacing})
@@ -72,8 +78,9 @@ func TestFaultPostgresOutageBookingGap(t *testing.T) {
 	gap, resume := first.Sub(cutAt), first.Sub(restoredAt)
 	e.note("booking gap %s (first launch %s after the database came back)", gap.Round(time.Millisecond), resume.Round(time.Millisecond))
 	t.Logf("booking gap after a %s Postgres outage: %s (first launch %s after it came back)", outage, gap.Round(time.Millisecond), resume.Round(time.Millisecond))
-	if resume >= 30*time.Second {
-		t.Errorf("booking resumed %s after the database came back: a failed pass slept cluster_empty_sleep", resume)
+	if gap > outageGapBound {
+		t.Errorf("booking gap %s after a %s database outage (first launch %s after it came back), want at most %s",
+			gap, outage, resume, outageGapBound)
 	}
 	e.finish(pick(90*time.Second, 3*time.Minute))
 }
@@ -97,9 +104,13 @@ func copyFile(t *testing.T, from, to string) {
 // scheduler must notice by itself: its acct:seq is below what it saw
 // acknowledged under the same epoch. It closes every show (booking
 // refused everywhere) and its leader re-bootstraps from Postgres. Checked:
-// detection within 1 s of the restart (measured by polling the
-// scheduler's scheduler_accounting_rollbacks_detected_total), then every
-// global invariant and a clean audit at the end. Redis counters may read
+// detection within 1 s of the restart, always (watched from Redis every
+// 10 ms: acct:epoch removed with every show's marker by the scheduler's
+// invalidation, confirmed by its
+// scheduler_accounting_rollbacks_detected_total), no booking against the
+// stale state after that (acct:seq under the stale epoch stops rising
+// before it is removed; the figures are printed), then every global
+// invariant and a clean audit at the end. Redis counters may read
 // above a cap after the rollback (records of procs released since the
 // snapshot, kept for the in-flight grace: an over-count, which refuses
 // bookings); Postgres, the truth, is checked at every sample.
@@ -115,10 +126,17 @@ func TestFaultRedisOlderSnapshot(t *testing.T) {
 		}
 		old := filepath.Join(e.dir, "older.rdb")
 		copyFile(t, filepath.Join(e.rd.Dir(), "dump.rdb"), old)
-		seq0, _ := e.pub.Mark(e.ctx)
+		seq0, err := e.pub.State(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		staleEpoch := seq0.Epoch
 		e.note("RDB snapshot taken (acct:seq %d)", seq0.Seq)
 		time.Sleep(pick(time.Second, jitter(500*time.Millisecond, 2*time.Second)))
-		seq1, _ := e.pub.Mark(e.ctx)
+		seq1, err := e.pub.State(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if seq1.Seq <= seq0.Seq {
 			t.Fatalf("nothing booked or released since the snapshot (acct:seq %d -> %d): the test exercises nothing", seq0.Seq, seq1.Seq)
 		}
@@ -132,23 +150,48 @@ func TestFaultRedisOlderSnapshot(t *testing.T) {
 		}
 		restarted := time.Now()
 		e.note("Redis restarted from the older snapshot (acct:seq was %d, is %d again)", seq1.Seq, seq0.Seq)
-		var detected time.Duration
-		for deadline := time.Now().Add(testenv.Patience(10 * time.Second)); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			m, err := sched.metrics(e.ctx)
-			if err == nil && sum(m, "scheduler_accounting_rollbacks_detected_total") > 0 {
+		// Watched from Redis every 10 ms: the rollback is acted on when
+		// acct:epoch stops being the stale one (Invalidate removes it
+		// with every show's marker, in one script, so the booking script
+		// refuses everything from then on). A booking against the stale
+		// state raises acct:seq under the stale epoch: the last such rise
+		// is reported, and must come before the invalidation.
+		var detected, lastWrite time.Duration
+		staleSeq := seq0.Seq
+		for deadline := time.Now().Add(testenv.Patience(10 * time.Second)); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			st, err := e.pub.State(e.ctx)
+			if err != nil {
+				continue
+			}
+			if st.Epoch != staleEpoch {
 				detected = time.Since(restarted)
 				break
 			}
+			if st.Seq > staleSeq {
+				staleSeq, lastWrite = st.Seq, time.Since(restarted)
+			}
 		}
 		if detected == 0 {
-			t.Fatalf("the scheduler never noticed the rolled-back Redis")
+			t.Fatalf("the scheduler never acted on the rolled-back Redis (acct:epoch still the stale one)")
 		}
-		e.note("the scheduler detected the rollback %s after the restart", detected.Round(time.Millisecond))
-		t.Logf("rollback detected by the scheduler %s after Redis came back from the older snapshot", detected.Round(time.Millisecond))
-		// One poll is 250 ms; 1 s is the acceptance. A loaded machine
-		// may stretch it, so only the full suite judges the figure.
-		if fullMode() && detected > time.Second {
+		m, err := sched.metrics(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := sum(m, "scheduler_accounting_rollbacks_detected_total"); n < 1 {
+			t.Errorf("acct:epoch changed but scheduler_accounting_rollbacks_detected_total = %v: not the scheduler's detection", n)
+		}
+		e.note("the scheduler detected the rollback and closed every show %s after the restart; %d writes under the stale epoch, the last %s after the restart",
+			detected.Round(time.Millisecond), staleSeq-seq0.Seq, lastWrite.Round(time.Millisecond))
+		t.Logf("rollback detected by the scheduler alone %s after Redis came back from the older snapshot; last booking against the stale state %s after it",
+			detected.Round(time.Millisecond), lastWrite.Round(time.Millisecond))
+		// One poll is 250 ms: 1 s (the acceptance) leaves three polls of
+		// slack for a loaded machine.
+		if detected > time.Second {
 			t.Errorf("rollback detected %s after the restart, want within 1 s", detected)
+		}
+		if lastWrite > detected {
+			t.Errorf("acct:seq rose under the stale epoch %s after the restart, after the rollback was acted on (%s)", lastWrite, detected)
 		}
 		time.Sleep(500 * time.Millisecond)
 		sc.restore()
