@@ -177,7 +177,7 @@ func (p *Publisher) Reconcile(ctx context.Context, r ReconcileRequest) (Reconcil
 	return ReconcileStats{
 		Adopted: int(v[1]), Retargeted: int(v[2]), Dropped: int(v[3]), SkippedReleased: int(v[4]), KeptInFlight: int(v[5]),
 		DroppedOrphaned: int(v[11]),
-		Drift: TableCores{v[6], v[7], v[8], v[9], v[10]},
+		Drift:           TableCores{v[6], v[7], v[8], v[9], v[10]},
 	}, nil
 }
 
