@@ -42,6 +42,9 @@ type SentinelOptions struct {
 	DownAfter time.Duration
 }
 
+// The Sentinels' failover-timeout is 4 s: an election lost to split votes
+// is retried after twice that, not after Sentinel's default 6 minutes.
+//
 // StartSentinelGroup starts the primary, its replica and three Sentinels,
 // and returns once the replica is in sync and every Sentinel knows the
 // replica and the other two Sentinels (so a failover can be elected).
@@ -89,7 +92,7 @@ func StartSentinelGroup(ctx context.Context, opts SentinelOptions) (*SentinelGro
 		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\n"+
 			"sentinel monitor %s 127.0.0.1 %d 2\n"+
 			"sentinel down-after-milliseconds %s %d\n"+
-			"sentinel failover-timeout %s 10000\n"+
+			"sentinel failover-timeout %s 4000\n"+
 			"sentinel parallel-syncs %s 1\n",
 			port, dir, filepath.Join(dir, "sentinel.log"), g.Master, primary.Port(),
 			g.Master, opts.DownAfter.Milliseconds(), g.Master, g.Master)
