@@ -306,8 +306,10 @@ func (e *env) failoverTo(old *testenv.Redis) (*testenv.Redis, time.Time) {
 func TestFaultSentinelFailover(t *testing.T) {
 	t.Parallel()
 	eachRound(t, func(t *testing.T) {
+		// The full round waits for two replicas to resync besides the
+		// failovers: more than the default 4 min on a busy machine.
 		e := newEnv(t, envOpts{Frames: pick(400, 800), Sentinel: true, RedisOverCountOK: true,
-			Schedulers: pick(1, 2)})
+			Schedulers: pick(1, 2), Timeout: pick(4*time.Minute, 8*time.Minute)})
 		e.note("Sentinel group: primary %s, replica %s, Sentinels %v", e.sg.Servers[0].Addr(), e.sg.Servers[1].Addr(), e.sg.SentinelAddrs())
 		e.run()
 		e.waitProgress(0.1, 60*time.Second)
