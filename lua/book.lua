@@ -31,6 +31,10 @@
 -- ARGV[12] layer id of the booking   (with KEYS[14]; the owner test)
 -- ARGV[13] backfill-until, unix ms   ("" = no backfill claim): when the
 --          frame is expected to end at the latest (worst-case runtime)
+-- ARGV[14] backend pid (optional, "" = none): the PostgreSQL backend of the
+--          one connection the booking's transaction will run on, recorded
+--          as field "pid" so a reconcile can prove the record orphaned once
+--          that backend is gone (see reconcile.lua)
 --
 -- Returns
 --   {1, seq}                          booked; seq = acct:seq after the booking
@@ -75,6 +79,11 @@ if resv then
   if u ~= nil and u ~= '' and not isint(u) then
     return redis.error_reply('ERR acct book: backfill-until ARGV[13] is not a non-negative integer of ms: ' .. u)
   end
+end
+local pid = ARGV[14]
+if pid == '' then pid = nil end
+if pid and not isint(pid) then
+  return redis.error_reply('ERR acct book: backend pid ARGV[14] is not a non-negative integer: ' .. pid)
 end
 for i = 7, 10 do
   local v = ARGV[i]
@@ -191,6 +200,7 @@ redis.call('HSET', KEYS[7],
   'show', show, 'sub', KEYS[1], 'folder', KEYS[2], 'job', KEYS[3], 'layer', KEYS[4], 'point', KEYS[5],
   'cores', string.format('%d', cores), 'centi', string.format('%d', centi), 'gpus', string.format('%d', gpus),
   'seq', string.format('%d', seq), 'ts', ms, 'origin', mode)
+if pid then redis.call('HSET', KEYS[7], 'pid', pid) end
 redis.call('SADD', KEYS[9], proc)
 -- A repair of this show is summing its records: count this one in.
 local gen = redis.call('HGET', KEYS[11], 'gen')

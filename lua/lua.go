@@ -106,8 +106,13 @@
 // (unless a tombstone says they were released after the snapshot), retargets
 // records whose keys or amounts differ from the snapshot, and drops records
 // absent from the snapshot only when they were booked before the snapshot
-// began (seq < seq0) and longer than the in-flight grace before it (ts <
-// t0 - grace), so a booking whose INSERT is not yet visible is never erased.
+// began (seq < seq0) and either longer than the in-flight grace before it
+// (ts < t0 - grace) or on a PostgreSQL connection that no longer exists
+// (the record's "pid", written by the booking, is not among the live
+// backends the caller read after seq0 and before its snapshot: the
+// booking's transaction ran on that one connection, so it is over and its
+// proc would be in the snapshot had it committed). A booking whose INSERT
+// is not yet visible is never erased.
 //
 // Repair (repair.lua) rewrites every counter of one show to the sum of its
 // records over a zero baseline of the show's keys, in bounded steps: a

@@ -456,7 +456,14 @@ func defEntry(proc string, cores int) entry {
 
 func (e *env) reconcile(seq0, t0, grace, maxAge int64, present []entry, drop ...string) []any {
 	e.t.Helper()
-	args := []any{show, seq0, t0, grace, maxAge, len(present)}
+	return e.reconcileLive("-", seq0, t0, grace, maxAge, present, drop...)
+}
+
+// reconcileLive is reconcile with the live backends argument ("-" =
+// unknown, else comma-separated pids).
+func (e *env) reconcileLive(live string, seq0, t0, grace, maxAge int64, present []entry, drop ...string) []any {
+	e.t.Helper()
+	args := []any{show, seq0, t0, grace, maxAge, live, len(present)}
 	for _, p := range present {
 		args = append(args, p.proc, p.sub, p.folder, p.job, p.layer, p.point, p.cores, p.centi, p.gpus)
 	}
@@ -481,7 +488,7 @@ func TestReconcileAdoptsSkipsTombstonedAndRetargets(t *testing.T) {
 		[]entry{defEntry("cuebot", 3), defEntry("gone", 5), moved}))
 	// adopted 1, retargeted 1, dropped 0, skipped 1, kept 0; drift: 3 on
 	// each table for the adoption, 2+2 on folder for the move.
-	if got != "1 1 1 0 1 0 3 7 3 3 3" {
+	if got != "1 1 1 0 1 0 3 7 3 3 3 0" {
 		t.Fatalf("reconcile = %q", got)
 	}
 	if e.counters(subK) != "5/0" || e.counters(folderK) != "3/0" || e.counters("acct:folder:F2") != "2/0" {
@@ -507,15 +514,54 @@ func TestReconcileNeverDropsInFlight(t *testing.T) {
 	t0 := nowMS()
 	// Grace of 1 minute: "old" is younger than t0 - grace, so it may still be
 	// in flight (its INSERT not yet visible): kept.
-	if got := reply(e.reconcile(seq0, t0, 60000, 60000, nil, "old", "new")); got != "1 0 0 0 0 2 0 0 0 0 0" {
+	if got := reply(e.reconcile(seq0, t0, 60000, 60000, nil, "old", "new")); got != "1 0 0 0 0 2 0 0 0 0 0 0" {
 		t.Fatalf("reconcile with grace = %q", got)
 	}
 	e.expectAll("2/0")
 	// Later, with "old" past the grace: dropped; "new" (seq >= seq0) kept.
-	if got := reply(e.reconcile(seq0, t0+120000, 60000, 1<<40, nil, "old", "new")); got != "1 0 0 1 0 1 1 1 1 1 1" {
+	if got := reply(e.reconcile(seq0, t0+120000, 60000, 1<<40, nil, "old", "new")); got != "1 0 0 1 0 1 1 1 1 1 1 0" {
 		t.Fatalf("reconcile after grace = %q", got)
 	}
 	e.expectAll("1/0")
+}
+
+// bookWithPID books like book, with the backend pid argument (ARGV[14]).
+func (e *env) bookWithPID(proc string, cores int, pid string) []any {
+	e.t.Helper()
+	return e.mustEval(lua.Book(), bookKeys(proc), "check", proc, show, cores, cores*100, 0, "", "", "", "", "", "", "", pid)
+}
+
+// TestReconcileDropsRecordsOfGoneBackends: a record whose booking names a
+// PostgreSQL backend that is not live any more is orphaned at once, within
+// the grace; one whose backend is live, one without a pid, one booked
+// after seq0, and every one when liveness is unknown ("-"), are kept.
+func TestReconcileDropsRecordsOfGoneBackends(t *testing.T) {
+	e := newEnv(t)
+	e.seed()
+	e.bookWithPID("dead", 1, "4242")
+	e.bookWithPID("alive", 1, "777")
+	e.book("check", "nopid", 1, 100, 0)
+	if pid := e.rdb.HGet(e.ctx, "acct:proc:dead", "pid").Val(); pid != "4242" {
+		t.Fatalf("record pid = %q, want 4242", pid)
+	}
+	seq0 := e.seq() + 1
+	e.bookWithPID("later", 1, "4242")
+	t0 := nowMS()
+	drop := []string{"dead", "alive", "nopid", "later"}
+	if got := reply(e.reconcileLive("-", seq0, t0, 60000, 60000, nil, drop...)); got != "1 0 0 0 0 4 0 0 0 0 0 0" {
+		t.Fatalf("reconcile, liveness unknown = %q", got)
+	}
+	if got := reply(e.reconcileLive("1,777,90", seq0, t0, 60000, 60000, nil, drop...)); got != "1 0 0 1 0 3 1 1 1 1 1 1" {
+		t.Fatalf("reconcile with live backends = %q", got)
+	}
+	if e.rdb.Exists(e.ctx, "acct:proc:dead").Val() != 0 {
+		t.Error("the record of the gone backend is still there")
+	}
+	e.expectAll("3/0")
+	if _, err := e.eval(lua.Book(), bookKeys("bad"), "check", "bad", show, 1, 100, 0, "", "", "", "", "", "", "", "x1"); err == nil ||
+		!strings.Contains(err.Error(), "backend pid") {
+		t.Fatalf("bad pid: %v", err)
+	}
 }
 
 func TestReconcileRefusesStaleSnapshot(t *testing.T) {
@@ -530,12 +576,12 @@ func TestReconcileRefusesStaleSnapshot(t *testing.T) {
 
 func TestReconcileRejectsBadEntries(t *testing.T) {
 	e := newEnv(t)
-	_, err := e.eval(lua.Reconcile(), reconcileKeys, show, 0, nowMS(), 0, 60000, 2,
+	_, err := e.eval(lua.Reconcile(), reconcileKeys, show, 0, nowMS(), 0, 60000, "-", 2,
 		"p", subK, folderK, jobK, layerK, pointK, 1, 100, 0)
 	if err == nil || !strings.Contains(err.Error(), "present entries") {
 		t.Fatalf("short entries: %v", err)
 	}
-	_, err = e.eval(lua.Reconcile(), reconcileKeys, show, 0, nowMS(), 0, 60000, 1,
+	_, err = e.eval(lua.Reconcile(), reconcileKeys, show, 0, nowMS(), 0, 60000, "-", 1,
 		"p", subK, folderK, jobK, layerK, pointK, -1, 100, 0)
 	if err == nil || !strings.Contains(err.Error(), "non-negative") {
 		t.Fatalf("negative amount: %v", err)

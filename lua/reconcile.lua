@@ -16,29 +16,42 @@
 -- ARGV[5]  max snapshot age (ms): refuse the batch when now - t0 exceeds it
 --          (it must stay below the tombstone TTL, or a release tombstone could
 --          expire before this batch consults it)
--- ARGV[6]  n: number of present entries that follow
--- ARGV[7 .. 6+9n]  present entries, 9 fields each:
+-- ARGV[6]  live backends: "-" when unknown, else the pids of every
+--          PostgreSQL backend, comma-separated, read after seq0 and t0 and
+--          before the snapshot. A record booked before seq0 whose "pid"
+--          (the backend its transaction runs on) is not among them is
+--          orphaned: that connection is gone, so its transaction ended
+--          before the snapshot began (committed, so the snapshot would have
+--          its proc, or never); it is dropped without waiting for the grace
+-- ARGV[7]  n: number of present entries that follow
+-- ARGV[8 .. 7+9n]  present entries, 9 fields each:
 --          proc, sub key, folder key, job key, layer key, point key,
 --          whole cores, centicores, gpus
--- ARGV[7+9n ..]    drop candidates: proc ids with a record but absent from the snapshot
+-- ARGV[8+9n ..]    drop candidates: proc ids with a record but absent from the snapshot
 --
 -- Returns
 --   {1, adopted, retargeted, dropped, skipped_released, kept_inflight,
---    drift_sub, drift_folder, drift_job, drift_layer, drift_point}
+--    drift_sub, drift_folder, drift_job, drift_layer, drift_point,
+--    dropped_orphaned (of dropped: by the live-backend rule, before the grace)}
 --   {-1, age_ms}  the snapshot is too old; nothing changed
 
 local show = ARGV[1]
-local seq0, t0, grace, maxage, n = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local seq0, t0, grace, maxage, n = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[7])
+local live = nil
+if ARGV[6] ~= nil and ARGV[6] ~= '-' then
+  live = {}
+  for pid in string.gmatch(ARGV[6], '%d+') do live[pid] = true end
+end
 if show == nil or show == '' then return redis.error_reply('ERR acct reconcile: empty show id') end
 if not seq0 or not t0 or not grace or not maxage or not n or n < 0 or n ~= math.floor(n) then
   return redis.error_reply('ERR acct reconcile: seq0, t0, grace, max age and n must be numbers')
 end
-local first_drop = 7 + 9 * n
+local first_drop = 8 + 9 * n
 if #ARGV < first_drop - 1 then
-  return redis.error_reply('ERR acct reconcile: ' .. n .. ' present entries need ' .. (9 * n) .. ' arguments, got ' .. (#ARGV - 6))
+  return redis.error_reply('ERR acct reconcile: ' .. n .. ' present entries need ' .. (9 * n) .. ' arguments, got ' .. (#ARGV - 7))
 end
 for i = 0, n - 1 do
-  local b = 7 + 9 * i
+  local b = 8 + 9 * i
   for k = b, b + 5 do
     if ARGV[k] == '' then return redis.error_reply('ERR acct reconcile: empty id or key in entry ' .. (i + 1)) end
   end
@@ -55,7 +68,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now - t0 > maxage then return {-1, now - t0} end
 
 local drift = {0, 0, 0, 0, 0}
-local adopted, retargeted, dropped, skipped, kept = 0, 0, 0, 0, 0
+local adopted, retargeted, dropped, skipped, kept, orphaned = 0, 0, 0, 0, 0, 0
 local gen = redis.call('HGET', KEYS[3], 'gen')
 
 -- move adds c cores and g GPUs to key's counter, and to the running repair's
@@ -70,7 +83,7 @@ local function move(key, c, g, counted)
 end
 
 for i = 0, n - 1 do
-  local b = 7 + 9 * i
+  local b = 8 + 9 * i
   local id = ARGV[b]
   local keys = {ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]}
   local c, centi, g = tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7]), tonumber(ARGV[b + 8])
@@ -120,15 +133,18 @@ end
 for i = first_drop, #ARGV do
   local id = ARGV[i]
   local rk = 'acct:proc:' .. id
-  local r = redis.call('HMGET', rk, 'sub', 'folder', 'job', 'layer', 'point', 'cores', 'gpus', 'show', 'seq', 'ts', 'rg')
+  local r = redis.call('HMGET', rk, 'sub', 'folder', 'job', 'layer', 'point', 'cores', 'gpus', 'show', 'seq', 'ts', 'rg', 'pid')
   if not r[8] then
     redis.call('SREM', KEYS[2], id) -- dangling member
   elseif r[8] == show then
     local seq, ts = tonumber(r[9]) or 0, tonumber(r[10]) or 0
-    if seq < seq0 and ts < t0 - grace then
-      -- Booked well before the snapshot began and still not visible to it:
-      -- its INSERT never committed (a crash between Lua and INSERT) or its
+    local gone = live ~= nil and r[12] and not live[r[12]]
+    if seq < seq0 and (ts < t0 - grace or gone) then
+      -- Booked well before the snapshot began (or on a connection that is
+      -- gone) and still not visible to it: its INSERT never committed (a
+      -- crash between Lua and INSERT, a database promoted under it) or its
       -- release never reached Redis. Either way it holds nothing.
+      if ts >= t0 - grace then orphaned = orphaned + 1 end
       local c, g = tonumber(r[6]) or 0, tonumber(r[7]) or 0
       local counted = gen ~= false and r[11] == gen
       for j = 1, 5 do
@@ -147,4 +163,4 @@ for i = first_drop, #ARGV do
   end
 end
 
-return {1, adopted, retargeted, dropped, skipped, kept, drift[1], drift[2], drift[3], drift[4], drift[5]}
+return {1, adopted, retargeted, dropped, skipped, kept, drift[1], drift[2], drift[3], drift[4], drift[5], orphaned}

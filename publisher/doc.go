@@ -27,7 +27,11 @@
 // in-flight grace (scheduler/accounting Config.InFlightGrace, 60 s) of Book
 // returning, or roll back: a record whose proc is still invisible after the
 // grace is treated as a leak and dropped by the next recompute (and adopted
-// again if the INSERT commits later). Book does not consult the instance's
+// again if the INSERT commits later). A caller that sets Booking.BackendPID
+// must run the transaction on that backend's connection, held from before
+// Book to the end of the transaction: once the backend is gone, a record
+// whose proc is not in a reconcile's snapshot is dropped at once
+// (ReconcileRequest.LiveBackends). Book does not consult the instance's
 // booking gate; the caller checks it (accounting.Service.Ready) and the
 // script refuses unseeded shows either way.
 //

@@ -157,6 +157,13 @@ type Booking struct {
 	// BackfillUntil is when the frame ends at the latest (now + the layer's
 	// worst-case runtime); zero claims no backfill (no runtime history).
 	BackfillUntil time.Time
+	// BackendPID, when set, is the PostgreSQL backend of the one
+	// connection the booking's transaction will run on (held from before
+	// the booking to the end of the transaction). The record keeps it, so a
+	// reconcile drops the record as soon as that backend is gone and the
+	// proc is not in its snapshot (ReconcileRequest.LiveBackends), instead
+	// of after the in-flight grace. 0: none (the grace applies).
+	BackendPID uint32
 }
 
 // SeedCaps are caps in Postgres units (centicores; GPUs verbatim), from
@@ -260,6 +267,12 @@ func (p *Publisher) doBook(ctx context.Context, b Booking, mode string) (Result,
 		}
 		keys = append(keys, ResvHostKey(b.HostID))
 		args = append(args, b.HostID, b.LayerID, until)
+	}
+	if b.BackendPID != 0 {
+		if b.HostID == "" {
+			args = append(args, "", "", "")
+		}
+		args = append(args, strconv.FormatUint(uint64(b.BackendPID), 10))
 	}
 	_, term := p.SeqMark()
 	start := time.Now()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -90,6 +91,15 @@ type ReconcileRequest struct {
 	Present []ProcCharge
 	// Drop: proc ids with a record for the show but absent from the snapshot.
 	Drop []string
+	// LiveBackends, when LiveKnown, are the pids of every PostgreSQL
+	// backend, read after Mark and before the snapshot. A record booked
+	// before Mark on a backend not among them (Booking.BackendPID) is
+	// dropped without waiting for Grace: its connection is gone, so its
+	// transaction ended before the snapshot, which would hold its proc had
+	// it committed (a scheduler killed or cut before its COMMIT, a
+	// database promoted under it).
+	LiveBackends []uint32
+	LiveKnown    bool
 }
 
 // ReconcileStats counts what a reconcile did.
@@ -99,14 +109,18 @@ type ReconcileStats struct {
 	SkippedReleased int
 	// KeptInFlight: absent from the snapshot but possibly in flight.
 	KeptInFlight int
+	// DroppedOrphaned: of Dropped, those dropped within the grace because
+	// their booking's backend was gone.
+	DroppedOrphaned int
 	// Drift is the cores moved per table.
 	Drift TableCores
 }
 
 // Add returns s + o.
 func (s ReconcileStats) Add(o ReconcileStats) ReconcileStats {
-	return ReconcileStats{s.Adopted + o.Adopted, s.Retargeted + o.Retargeted, s.Dropped + o.Dropped,
-		s.SkippedReleased + o.SkippedReleased, s.KeptInFlight + o.KeptInFlight, s.Drift.Add(o.Drift)}
+	return ReconcileStats{Adopted: s.Adopted + o.Adopted, Retargeted: s.Retargeted + o.Retargeted, Dropped: s.Dropped + o.Dropped,
+		SkippedReleased: s.SkippedReleased + o.SkippedReleased, KeptInFlight: s.KeptInFlight + o.KeptInFlight,
+		DroppedOrphaned: s.DroppedOrphaned + o.DroppedOrphaned, Drift: s.Drift.Add(o.Drift)}
 }
 
 // Reconcile runs one reconcile script call (see package lua). The caller
@@ -120,7 +134,18 @@ func (p *Publisher) Reconcile(ctx context.Context, r ReconcileRequest) (Reconcil
 		maxAge = p.tombTTL / 2
 	}
 	args := make([]any, 0, 6+9*len(r.Present)+len(r.Drop))
-	args = append(args, r.ShowID, r.Mark.Seq, r.Mark.TimeMS, r.Grace.Milliseconds(), maxAge.Milliseconds(), len(r.Present))
+	live := "-"
+	if r.LiveKnown {
+		var b strings.Builder
+		for i, pid := range r.LiveBackends {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(strconv.FormatUint(uint64(pid), 10))
+		}
+		live = b.String()
+	}
+	args = append(args, r.ShowID, r.Mark.Seq, r.Mark.TimeMS, r.Grace.Milliseconds(), maxAge.Milliseconds(), live, len(r.Present))
 	for _, c := range r.Present {
 		if c.ShowID != r.ShowID {
 			return ReconcileStats{}, fmt.Errorf("accounting reconcile show %s: proc %s belongs to show %s", r.ShowID, c.ProcID, c.ShowID)
@@ -146,12 +171,13 @@ func (p *Publisher) Reconcile(ctx context.Context, r ReconcileRequest) (Reconcil
 		return ReconcileStats{}, fmt.Errorf("accounting reconcile show %s: snapshot is %v old (max %v): %w",
 			r.ShowID, time.Duration(v[1])*time.Millisecond, maxAge, ErrSnapshotTooOld)
 	}
-	if len(v) != 11 || v[0] != 1 {
+	if len(v) != 12 || v[0] != 1 {
 		return ReconcileStats{}, fmt.Errorf("accounting reconcile show %s: unexpected reply %v", r.ShowID, v)
 	}
 	return ReconcileStats{
 		Adopted: int(v[1]), Retargeted: int(v[2]), Dropped: int(v[3]), SkippedReleased: int(v[4]), KeptInFlight: int(v[5]),
-		Drift: TableCores{v[6], v[7], v[8], v[9], v[10]},
+		DroppedOrphaned: int(v[11]),
+		Drift:           TableCores{v[6], v[7], v[8], v[9], v[10]},
 	}, nil
 }
 

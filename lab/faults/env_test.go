@@ -69,6 +69,11 @@ type envOpts struct {
 	// VIP puts one more proxy in front of Postgres that every client goes
 	// through, the "virtual IP" a failover moves (env.vip).
 	VIP bool
+	// Sentinel runs Redis as a Sentinel group (testenv.SentinelGroup: a
+	// primary, a replica, three Sentinels); every process and the harness
+	// find the primary through the Sentinels (env.sg). The per-process
+	// Redis proxies are then unused (no Redis cut).
+	Sentinel bool
 	// Queue overrides keys of the processes' queue section (the harness
 	// paces them fast: cluster_empty_sleep 200ms, ...); a test measuring
 	// a booking gap runs the production sleeps.
@@ -153,6 +158,7 @@ type env struct {
 
 	pg       *testenv.Postgres
 	rd       *testenv.Redis
+	sg       *testenv.SentinelGroup
 	dbURL    string
 	redisURL string
 	pool     *pgxpool.Pool
@@ -214,8 +220,13 @@ func newEnv(t *testing.T, o envOpts) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.pg.Stop)
-	e.rd, err = testenv.StartRedis(ctx, testenv.RedisOptions{Databases: 2})
-	if err != nil {
+	if o.Sentinel {
+		if e.sg, err = testenv.StartSentinelGroup(ctx, testenv.SentinelOptions{Databases: 2}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.sg.Stop)
+		e.rd = e.sg.Servers[0]
+	} else if e.rd, err = testenv.StartRedis(ctx, testenv.RedisOptions{Databases: 2}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.rd.Stop)
@@ -243,7 +254,11 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if e.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
 		t.Fatal(err)
 	}
-	if e.rdb, err = publisher.NewClient(publisher.ClientConfig{URL: e.redisURL, PoolSize: 8}); err != nil {
+	cc := publisher.ClientConfig{URL: e.redisURL, PoolSize: 8}
+	if e.sg != nil {
+		cc.MasterName, cc.SentinelAddrs = e.sg.Master, e.sg.SentinelAddrs()
+	}
+	if e.rdb, err = publisher.NewClient(cc); err != nil {
 		t.Fatal(err)
 	}
 	if e.pub, err = publisher.New(e.rdb, publisher.Options{}); err != nil {
@@ -387,13 +402,19 @@ func (e *env) newDaemon(role, name, pgParams string, extraYAML string) *daemon {
 	if pgParams != "" {
 		dbURL += "&" + pgParams
 	}
+	redisURL, sentinel := "redis://"+rdp.Addr()+"/0", ""
+	if e.sg != nil {
+		// The address is ignored with Sentinel; the URL keeps the DB.
+		redisURL = "redis://127.0.0.1:1/0"
+		sentinel = fmt.Sprintf("\n  sentinel_master: %s\n  sentinel_addrs: [%s]", e.sg.Master, strings.Join(e.sg.SentinelAddrs(), ", "))
+	}
 	cfg := fmt.Sprintf(`# %s %s (fault test)
 database:
   url: %q
   pool_size: 12
   connect_timeout: 3s
 accounting:
-  redis_url: %q
+  redis_url: %q%s
   redis_pool_size: 16
   recompute_interval: 2s
   limit_reseed_interval: 3s
@@ -414,7 +435,7 @@ logging:
   level: %s
 metrics:
   listen: %q
-%s`, role, name, dbURL, "redis://"+rdp.Addr()+"/0", e.queueYAML(), name, e.fake.Addr(), e.slot, logLevel(), d.metricsAddr, extraYAML)
+%s`, role, name, dbURL, redisURL, sentinel, e.queueYAML(), name, e.fake.Addr(), e.slot, logLevel(), d.metricsAddr, extraYAML)
 	d.config = filepath.Join(e.dir, name+".yaml")
 	if err := os.WriteFile(d.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

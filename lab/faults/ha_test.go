@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,14 +38,20 @@ func (e *env) firstLaunchAfter(t0 time.Time, timeout time.Duration) (time.Time, 
 	return time.Time{}, false
 }
 
+// outageGapBound is the acceptance of issue #27: booking resumes within
+// 5 s of the start of a 3 s database outage. By design the last failed
+// pass before the database comes back sleeps at most
+// cluster_error_backoff_max (1 s), so the gap is 3 s + at most 1 s + one
+// pass and its launch: about a second of slack for a loaded machine.
+const outageGapBound = 5 * time.Second
+
 // TestFaultPostgresOutageBookingGap: every process loses Postgres for 3 s
 // (a restart or a failover seen from the daemons) while work waits, with
 // the production queue pacing (cluster_empty_sleep 30 s). A failed pass
-// is retried after the error backoff (200 ms doubling to 2 s), not after
-// the empty sleep: booking resumes within a few seconds of the database
-// coming back. The gap (cut to first launch) is measured and printed; the
-// verdict is that it stays under the empty sleep, the sign of the bug
-// (round 2 measured 30.3 s), whatever the machine's speed.
+// is retried after the error backoff (200 ms doubling to 1 s, jittered),
+// not after the empty sleep (round 2 measured 30.3 s): booking resumes
+// within about a second of the database coming back. The gap (cut to first
+// launch) is measured and printed, and must be at most outageGapBound.
 func TestFaultPostgresOutageBookingGap(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{Frames: pick(600, 1200), Queue: productionPacing})
@@ -71,8 +78,9 @@ func TestFaultPostgresOutageBookingGap(t *testing.T) {
 	gap, resume := first.Sub(cutAt), first.Sub(restoredAt)
 	e.note("booking gap %s (first launch %s after the database came back)", gap.Round(time.Millisecond), resume.Round(time.Millisecond))
 	t.Logf("booking gap after a %s Postgres outage: %s (first launch %s after it came back)", outage, gap.Round(time.Millisecond), resume.Round(time.Millisecond))
-	if resume >= 30*time.Second {
-		t.Errorf("booking resumed %s after the database came back: a failed pass slept cluster_empty_sleep", resume)
+	if gap > outageGapBound {
+		t.Errorf("booking gap %s after a %s database outage (first launch %s after it came back), want at most %s",
+			gap, outage, resume, outageGapBound)
 	}
 	e.finish(pick(90*time.Second, 3*time.Minute))
 }
@@ -96,9 +104,13 @@ func copyFile(t *testing.T, from, to string) {
 // scheduler must notice by itself: its acct:seq is below what it saw
 // acknowledged under the same epoch. It closes every show (booking
 // refused everywhere) and its leader re-bootstraps from Postgres. Checked:
-// detection within 1 s of the restart (measured by polling the
-// scheduler's scheduler_accounting_rollbacks_detected_total), then every
-// global invariant and a clean audit at the end. Redis counters may read
+// detection within 1 s of the restart, always (watched from Redis every
+// 10 ms: acct:epoch removed with every show's marker by the scheduler's
+// invalidation, confirmed by its
+// scheduler_accounting_rollbacks_detected_total), no booking against the
+// stale state after that (acct:seq under the stale epoch stops rising
+// before it is removed; the figures are printed), then every global
+// invariant and a clean audit at the end. Redis counters may read
 // above a cap after the rollback (records of procs released since the
 // snapshot, kept for the in-flight grace: an over-count, which refuses
 // bookings); Postgres, the truth, is checked at every sample.
@@ -114,10 +126,17 @@ func TestFaultRedisOlderSnapshot(t *testing.T) {
 		}
 		old := filepath.Join(e.dir, "older.rdb")
 		copyFile(t, filepath.Join(e.rd.Dir(), "dump.rdb"), old)
-		seq0, _ := e.pub.Mark(e.ctx)
+		seq0, err := e.pub.State(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		staleEpoch := seq0.Epoch
 		e.note("RDB snapshot taken (acct:seq %d)", seq0.Seq)
 		time.Sleep(pick(time.Second, jitter(500*time.Millisecond, 2*time.Second)))
-		seq1, _ := e.pub.Mark(e.ctx)
+		seq1, err := e.pub.State(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if seq1.Seq <= seq0.Seq {
 			t.Fatalf("nothing booked or released since the snapshot (acct:seq %d -> %d): the test exercises nothing", seq0.Seq, seq1.Seq)
 		}
@@ -131,23 +150,48 @@ func TestFaultRedisOlderSnapshot(t *testing.T) {
 		}
 		restarted := time.Now()
 		e.note("Redis restarted from the older snapshot (acct:seq was %d, is %d again)", seq1.Seq, seq0.Seq)
-		var detected time.Duration
-		for deadline := time.Now().Add(testenv.Patience(10 * time.Second)); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			m, err := sched.metrics(e.ctx)
-			if err == nil && sum(m, "scheduler_accounting_rollbacks_detected_total") > 0 {
+		// Watched from Redis every 10 ms: the rollback is acted on when
+		// acct:epoch stops being the stale one (Invalidate removes it
+		// with every show's marker, in one script, so the booking script
+		// refuses everything from then on). A booking against the stale
+		// state raises acct:seq under the stale epoch: the last such rise
+		// is reported, and must come before the invalidation.
+		var detected, lastWrite time.Duration
+		staleSeq := seq0.Seq
+		for deadline := time.Now().Add(testenv.Patience(10 * time.Second)); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			st, err := e.pub.State(e.ctx)
+			if err != nil {
+				continue
+			}
+			if st.Epoch != staleEpoch {
 				detected = time.Since(restarted)
 				break
 			}
+			if st.Seq > staleSeq {
+				staleSeq, lastWrite = st.Seq, time.Since(restarted)
+			}
 		}
 		if detected == 0 {
-			t.Fatalf("the scheduler never noticed the rolled-back Redis")
+			t.Fatalf("the scheduler never acted on the rolled-back Redis (acct:epoch still the stale one)")
 		}
-		e.note("the scheduler detected the rollback %s after the restart", detected.Round(time.Millisecond))
-		t.Logf("rollback detected by the scheduler %s after Redis came back from the older snapshot", detected.Round(time.Millisecond))
-		// One poll is 250 ms; 1 s is the acceptance. A loaded machine
-		// may stretch it, so only the full suite judges the figure.
-		if fullMode() && detected > time.Second {
+		m, err := sched.metrics(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := sum(m, "scheduler_accounting_rollbacks_detected_total"); n < 1 {
+			t.Errorf("acct:epoch changed but scheduler_accounting_rollbacks_detected_total = %v: not the scheduler's detection", n)
+		}
+		e.note("the scheduler detected the rollback and closed every show %s after the restart; %d writes under the stale epoch, the last %s after the restart",
+			detected.Round(time.Millisecond), staleSeq-seq0.Seq, lastWrite.Round(time.Millisecond))
+		t.Logf("rollback detected by the scheduler alone %s after Redis came back from the older snapshot; last booking against the stale state %s after it",
+			detected.Round(time.Millisecond), lastWrite.Round(time.Millisecond))
+		// One poll is 250 ms: 1 s (the acceptance) leaves three polls of
+		// slack for a loaded machine.
+		if detected > time.Second {
 			t.Errorf("rollback detected %s after the restart, want within 1 s", detected)
+		}
+		if lastWrite > detected {
+			t.Errorf("acct:seq rose under the stale epoch %s after the restart, after the rollback was acted on (%s)", lastWrite, detected)
 		}
 		time.Sleep(500 * time.Millisecond)
 		sc.restore()
@@ -219,4 +263,115 @@ func TestFaultPostgresPromotion(t *testing.T) {
 	}
 	e.note("%s streams the re-created slot on the promoted server", holder)
 	e.finish(pick(90*time.Second, 3*time.Minute))
+}
+
+// sentinelGapBound is the booking gap a Sentinel failover must stay under:
+// Sentinel's down-after (1 s here) plus its election and the promotion
+// (about a second), plus the clients' discovery; a studio's run measured
+// 3-4.5 s. The bound is generous so that a loaded machine does not fail
+// it; a client that never re-resolved the primary would not book at all.
+const sentinelGapBound = 20 * time.Second
+
+// failoverTo waits until the Sentinels name a primary other than old and
+// returns it with the time it was first seen.
+func (e *env) failoverTo(old *testenv.Redis) (*testenv.Redis, time.Time) {
+	e.t.Helper()
+	deadline := time.Now().Add(testenv.Patience(15 * time.Second))
+	for time.Now().Before(deadline) {
+		if p, err := e.sg.Primary(e.ctx); err == nil && p != old {
+			return p, time.Now()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.t.Fatalf("the Sentinels did not promote the replica (primary still %s)", old.Addr())
+	return nil, time.Time{}
+}
+
+// TestFaultSentinelFailover: Redis runs as a studio's HA Redis does, a
+// primary and a replica behind three Sentinels (quorum 2,
+// down-after-milliseconds 1000), and every process and the harness find
+// the primary through the Sentinels. While frames flow the primary is
+// killed (kill -9; the replica is promoted), then restarted (the Sentinels
+// make it a replica of the new primary); in the full suite the new primary
+// is then frozen (SIGSTOP past down-after, so the other one is promoted
+// back) and thawed (it is demoted; writes it took after the thaw would be
+// lost, which the clients' re-resolution prevents). Replication is
+// asynchronous: a write the dead primary acknowledged but had not sent is
+// lost, which the scheduler's rollback check notices (acct:seq below what
+// it saw acknowledged) and re-bootstraps. Measured and printed for each
+// failover: the booking gap (the fault to the first launch once the new
+// primary is named); asserted under sentinelGapBound. Then every global
+// invariant (no double launch, no cap exceeded in Postgres at any sample,
+// audit clean at quiescence, every process up without a restart by hand).
+func TestFaultSentinelFailover(t *testing.T) {
+	t.Parallel()
+	eachRound(t, func(t *testing.T) {
+		// The full round waits for two replicas to resync besides the
+		// failovers: more than the default 4 min on a busy machine.
+		e := newEnv(t, envOpts{Frames: pick(400, 800), Sentinel: true, RedisOverCountOK: true,
+			Schedulers: pick(1, 2), Timeout: pick(4*time.Minute, 8*time.Minute)})
+		e.note("Sentinel group: primary %s, replica %s, Sentinels %v", e.sg.Servers[0].Addr(), e.sg.Servers[1].Addr(), e.sg.SentinelAddrs())
+		e.run()
+		e.waitProgress(0.1, 60*time.Second)
+
+		gap := func(kind string, at time.Time, next *testenv.Redis, namedAt time.Time) {
+			first, ok := e.firstLaunchAfter(namedAt, testenv.Patience(30*time.Second))
+			if !ok {
+				t.Fatalf("%s: no frame launched after the Sentinels named %s", kind, next.Addr())
+			}
+			g := first.Sub(at)
+			e.note("%s: %s promoted %s after the fault; booking gap %s", kind, next.Addr(), namedAt.Sub(at).Round(time.Millisecond), g.Round(time.Millisecond))
+			t.Logf("Sentinel failover (%s): new primary named %s after the fault, booking gap %s",
+				kind, namedAt.Sub(at).Round(time.Millisecond), g.Round(time.Millisecond))
+			if g > sentinelGapBound {
+				t.Errorf("%s: booking gap %s, want under %s", kind, g, sentinelGapBound)
+			}
+		}
+
+		// kill -9 of the primary.
+		old, err := e.sg.Primary(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		killAt := time.Now()
+		old.StopServer()
+		e.disrupted(killAt)
+		e.note("kill -9 of the Redis primary %s", old.Addr())
+		next, namedAt := e.failoverTo(old)
+		gap("kill -9", killAt, next, namedAt)
+
+		// The old primary comes back empty; the Sentinels make it a
+		// replica of the new one (no client may write to it meanwhile:
+		// they ask the Sentinels).
+		if err := old.StartServer(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		e.note("%s restarted (empty)", old.Addr())
+
+		if fullMode() && !e.drained() {
+			if err := e.sg.WaitReplica(e.ctx, old, 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			e.note("%s in sync as a replica of %s", old.Addr(), next.Addr())
+			frozen := next
+			stopAt := time.Now()
+			if err := frozen.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			e.disrupted(stopAt)
+			e.note("SIGSTOP of the Redis primary %s", frozen.Addr())
+			back, namedAt := e.failoverTo(frozen)
+			time.Sleep(jitter(0, 2*time.Second))
+			if err := frozen.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			e.note("SIGCONT of %s", frozen.Addr())
+			gap("SIGSTOP", stopAt, back, namedAt)
+			if err := e.sg.WaitReplica(e.ctx, frozen, 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			e.note("%s demoted to a replica of %s", frozen.Addr(), back.Addr())
+		}
+		e.finish(pick(90*time.Second, 3*time.Minute))
+	})
 }

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 func TestBootstrapSeedsManagedShowsOnly(t *testing.T) {
@@ -410,5 +412,83 @@ func TestUnmanagedShowIsClosedForBooking(t *testing.T) {
 	}
 	if got := metric(t, reg, "scheduler_accounting_unseeded_shows"); got != 0 {
 		t.Errorf("unseeded gauge = %v, want 0", got)
+	}
+}
+
+// TestOrphanOfGoneBackendDroppedAtOnce: a booking record names the backend
+// its transaction runs on (Booking.BackendPID). Once that backend is gone
+// and the proc is not in the snapshot, the record is orphaned: the
+// recompute, and a re-bootstrap (after a promotion or a rolled-back Redis),
+// drop it at once, long before the in-flight grace (an hour here). A
+// record whose backend is alive is kept until its INSERT commits.
+func TestOrphanOfGoneBackendDroppedAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newFarm(t)
+	sh := f.addShow(showSpec{managed: true, burstCores: 100, folderMaxCores: -1, jobs: 1, jobMaxCores: -1, hosts: 1})
+	s, reg := f.service(Config{InFlightGrace: time.Hour})
+	if err := s.Bootstrap(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	connect := func() *pgx.Conn {
+		c, err := pgx.Connect(f.ctx, f.dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	book := func(proc string, centi int64, pid uint32) {
+		b := sh.booking(proc, 0, centi)
+		b.BackendPID = pid
+		if _, err := f.pub.Book(f.ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := func(c *pgx.Conn) {
+		pid := c.PgConn().PID()
+		if err := c.Close(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, testenv.Patience(10*time.Second), "the closed backend leaves pg_stat_activity", func() bool {
+			return f.pgInt(`SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, int32(pid)) == 0
+		})
+	}
+	live := connect()
+	defer live.Close(f.ctx)
+	dead := connect()
+	book("inflight", 800, live.PgConn().PID())
+	book("orphan", 300, dead.PgConn().PID())
+	book("nopid", 200, 0)
+	gone(dead)
+	if err := s.Recompute(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := sh.subCores(); got != 10 {
+		t.Fatalf("after the recompute: %d cores, want 10 (the orphan's 3 dropped; in flight 8 and pid-less 2 kept)", got)
+	}
+	if n := metric(t, reg, "scheduler_accounting_records_reconciled_total", "action", "dropped_orphaned"); n != 1 {
+		t.Errorf("dropped_orphaned = %v, want 1", n)
+	}
+	// The in-flight booking commits on its connection: counted once.
+	if _, err := live.Exec(f.ctx, `INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, int_cores_reserved, int_mem_reserved, int_gpus_reserved)
+		VALUES ($1, $2, $3, $4, $5, 800, 1048576, 0)`, "inflight", sh.hosts[0], sh.jobs[0].id, sh.id, sh.jobs[0].layer); err != nil {
+		t.Fatal(err)
+	}
+	// A re-bootstrap (the accounting invalidated, as after a promotion or
+	// a rolled-back Redis) drops an orphan as the recompute does.
+	dead2 := connect()
+	book("orphan2", 400, dead2.PgConn().PID())
+	book("tail", 100, 0) // orphan2 is not the last write before the mark (seq < seq0)
+	gone(dead2)
+	if _, _, err := f.pub.Invalidate(f.ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SyncManaged(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := sh.subCores(); got != 11 {
+		t.Fatalf("after the re-bootstrap: %d cores, want 11 (8 committed + 2 and 1 pid-less, orphan2 dropped)", got)
+	}
+	if n := metric(t, reg, "scheduler_accounting_records_reconciled_total", "action", "dropped_orphaned"); n != 2 {
+		t.Errorf("dropped_orphaned = %v, want 2", n)
 	}
 }

@@ -31,11 +31,20 @@
 //     tombstone says it was released after the snapshot; retarget a record
 //     whose keys or amounts differ from the snapshot (a job moved folder);
 //     drop a record whose proc the snapshot lacks only if it was booked
-//     before the snapshot began (seq < seq0) and more than InFlightGrace
-//     before it (ts < t0 - grace). A booking whose INSERT is not committed
-//     or not visible yet is therefore never erased; a leak (a dispatcher
-//     that died between the script and its INSERT, a release that never
-//     arrived) is dropped after the grace. Each batch refuses to run once
+//     before the snapshot began (seq < seq0) and either more than
+//     InFlightGrace before it (ts < t0 - grace) or on a database backend
+//     that is gone: the record names the backend of the one connection its
+//     transaction runs on (the dispatcher holds it from before the booking
+//     to the end of the transaction), and the backends alive are read
+//     after seq0 and before the snapshot, so a gone backend's transaction
+//     ended before the snapshot, which would hold its proc had it
+//     committed. A booking whose INSERT is not committed or not visible yet
+//     is therefore never erased; a leak of a dispatcher that died or was
+//     cut between the script and its COMMIT, or of a primary promoted away,
+//     is dropped by the next recompute or re-bootstrap, and any other leak
+//     (a release that never arrived, a Redis restored from an older
+//     snapshot, a pooler hiding the backend) after the grace. Each batch
+//     refuses to run once
 //     its snapshot is older than half the tombstone TTL, so a tombstone it
 //     must see cannot have expired;
 //   - repair, per show, in bounded steps: rewrite every counter to the sum

@@ -56,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"table"}),
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scheduler_accounting_records_reconciled_total",
-			Help: "Per-proc records changed by reconciliation: adopted, retargeted, dropped; and left alone: skipped_released, kept_inflight.",
+			Help: "Per-proc records changed by reconciliation: adopted, retargeted, dropped (past the in-flight grace), dropped_orphaned (within it: the booking's database connection is gone); and left alone: skipped_released, kept_inflight.",
 		}, []string{"action"}),
 		pgRows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scheduler_accounting_pg_rows_written_total",
@@ -101,7 +101,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.drift.WithLabelValues(t)
 		m.pgRows.WithLabelValues(t)
 	}
-	for _, a := range []string{"adopted", "retargeted", "dropped", "skipped_released", "kept_inflight"} {
+	for _, a := range []string{"adopted", "retargeted", "dropped", "dropped_orphaned", "skipped_released", "kept_inflight"} {
 		m.records.WithLabelValues(a)
 	}
 	m.rollbacks.WithLabelValues("seq")
@@ -121,7 +121,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 func (m *metrics) observeReconcile(s publisher.ReconcileStats) {
 	m.records.WithLabelValues("adopted").Add(float64(s.Adopted))
 	m.records.WithLabelValues("retargeted").Add(float64(s.Retargeted))
-	m.records.WithLabelValues("dropped").Add(float64(s.Dropped))
+	m.records.WithLabelValues("dropped").Add(float64(s.Dropped - s.DroppedOrphaned))
+	m.records.WithLabelValues("dropped_orphaned").Add(float64(s.DroppedOrphaned))
 	m.records.WithLabelValues("skipped_released").Add(float64(s.SkippedReleased))
 	m.records.WithLabelValues("kept_inflight").Add(float64(s.KeptInFlight))
 	m.observeDrift(s.Drift)

@@ -483,7 +483,8 @@ func (s *Service) reconcileShows(ctx context.Context, sn *snapshot, mark publish
 		}
 		var total publisher.ReconcileStats
 		for len(present) > 0 || len(drop) > 0 {
-			req := publisher.ReconcileRequest{ShowID: sh, Mark: mark, Grace: s.cfg.InFlightGrace}
+			req := publisher.ReconcileRequest{ShowID: sh, Mark: mark, Grace: s.cfg.InFlightGrace,
+				LiveBackends: sn.live, LiveKnown: sn.liveKnown}
 			n := min(len(present), s.cfg.BatchSize)
 			req.Present, present = present[:n], present[n:]
 			m := min(len(drop), s.cfg.BatchSize-n)
@@ -507,6 +508,7 @@ func (s *Service) reconcileShows(ctx context.Context, sn *snapshot, mark publish
 		}
 		if total.Adopted+total.Dropped+total.Retargeted > 0 || rep.KeysFixed > 0 {
 			s.log.Info("drift corrected", "show", sh, "adopted", total.Adopted, "dropped", total.Dropped,
+				"dropped_orphaned", total.DroppedOrphaned,
 				"retargeted", total.Retargeted, "keys_repaired", rep.KeysFixed,
 				"sub_cores", total.Drift.Sub+rep.Drift.Sub, "job_cores", total.Drift.Job+rep.Drift.Job)
 		}

@@ -307,6 +307,10 @@ func TestLeaderStopsWhenItsSessionDies(t *testing.T) {
 	pid := f.pgInt(`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
 	f.exec(`SELECT pg_terminate_backend($1::int)`, pid)
+	// pg_terminate_backend only signals: wait until the session is gone.
+	eventually(t, 5*time.Second, "the lock session ends", func() bool {
+		return f.pgInt(`SELECT count(*) FROM pg_stat_activity WHERE pid = $1::int`, pid) == 0
+	})
 	if err := s.ld.fence(f.ctx); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("fence after the session died: %v, want ErrNotLeader", err)
 	}

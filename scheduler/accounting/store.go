@@ -70,6 +70,12 @@ type snapshot struct {
 	// which was not yet visible when the snapshot was taken, a window of
 	// microseconds, can still be reverted until the next reseed.)
 	lsn uint64
+	// live are the pids of every backend of the primary, read after the
+	// caller's Mark and just before the snapshot (liveKnown false on a
+	// standby or when the read failed): a record booked on a backend not
+	// among them is orphaned (publisher.ReconcileRequest.LiveBackends).
+	live      []uint32
+	liveKnown bool
 }
 
 func newSnapshot(shows []string) *snapshot {
@@ -109,6 +115,23 @@ func (s *store) load(ctx context.Context, shows []string, withProcs bool) (*snap
 		return nil, fmt.Errorf("snapshot: WAL position %q: %w", lsnText, err)
 	}
 	sn.lsn = uint64(lsn)
+	if withProcs {
+		// Its own statement, so pg_stat_activity is read now (a
+		// transaction would keep its first read of it).
+		var recovery bool
+		var pids []int32
+		err := s.pool.QueryRow(ctx, `SELECT pg_is_in_recovery(), COALESCE(array_agg(pid), '{}') FROM pg_stat_activity`).Scan(&recovery, &pids)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: live backends: %w", err)
+		}
+		if !recovery {
+			sn.liveKnown = true
+			sn.live = make([]uint32, 0, len(pids))
+			for _, p := range pids {
+				sn.live = append(sn.live, uint32(p))
+			}
+		}
+	}
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: begin: %w", err)

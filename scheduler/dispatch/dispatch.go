@@ -83,6 +83,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -169,7 +170,17 @@ type Dispatcher struct {
 	m      *metrics
 	claim  string // ClaimSQL adapted to the schema
 	resv   OwnerBooked
+	// pids: whether a connection's PgConn().PID() is its server backend
+	// (pidUnknown until the first connection is checked; pidPooler behind
+	// a pooler such as PgBouncer, where it is not).
+	pids atomic.Int32
 }
+
+const (
+	pidUnknown int32 = iota
+	pidReal
+	pidPooler
+)
 
 // New returns a Dispatcher. rqd may be nil in dry-run mode.
 func New(pool *pgxpool.Pool, acct Accounting, rqd Launcher, cfg Config, o Options) *Dispatcher {
@@ -315,8 +326,28 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 	// atomic script, so caps hold whatever the interleaving); the frames
 	// kept are the ones whose booking succeeded, in dispatch order, and the
 	// first refusal in dispatch order says why the batch stops.
+	//
+	// The connection of step 3 is taken first and held until the end of
+	// the transaction: each booking record names its backend
+	// (Booking.BackendPID), so once that backend is gone the accounting
+	// reconcile knows the transaction is over and drops a record whose
+	// proc never committed at once, not after the in-flight grace.
 	bctx, cancelBook := context.WithTimeout(ctx, d.cfg.BookTimeout)
 	defer cancelBook()
+	conn, err := d.pool.Acquire(bctx)
+	if err != nil {
+		out.Stop, out.Err = Failed, fmt.Errorf("dispatch: acquire connection: %w", err)
+		return out
+	}
+	held := true
+	release := func() {
+		if held {
+			held = false
+			conn.Release()
+		}
+	}
+	defer release()
+	pid := d.backendPID(bctx, conn)
 	errs := make([]error, len(plan))
 	results := make([]publisher.Result, len(plan))
 	until := time.Time{}
@@ -328,7 +359,9 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = d.acct.Book(bctx, d.booking(l, h, p, until))
+			b := d.booking(l, h, p, until)
+			b.BackendPID = pid
+			results[i], errs[i] = d.acct.Book(bctx, b)
 		}()
 	}
 	wg.Wait()
@@ -379,7 +412,8 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 
 	// 3. The Postgres transaction.
 	txStart := time.Now()
-	won, room, hostAfter, stale, jobStopped, err := d.commit(bctx, l, h, booked)
+	won, room, hostAfter, stale, jobStopped, err := d.commit(bctx, conn, l, h, booked)
+	release()
 	d.m.txDuration.Observe(time.Since(txStart).Seconds())
 
 	// 4. Roll back what did not make it.
@@ -472,6 +506,34 @@ func (d *Dispatcher) booking(l *jobs.Layer, h sizing.Host, p planned, until time
 			FolderMaxCores: l.FolderMaxCores, FolderMaxGPUs: l.FolderMaxGPUs},
 		HostID: h.ID, BackfillUntil: until,
 	}
+}
+
+// backendPID is the server backend of conn, 0 when it cannot be known:
+// behind a pooler (PgBouncer) the client-side pid is the pooler's, and a
+// transaction may run on any server backend. Checked once, on the first
+// connection (SELECT pg_backend_pid()).
+func (d *Dispatcher) backendPID(ctx context.Context, conn *pgxpool.Conn) uint32 {
+	pid := conn.Conn().PgConn().PID()
+	switch d.pids.Load() {
+	case pidReal:
+		return pid
+	case pidPooler:
+		return 0
+	}
+	var server int32
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&server); err != nil {
+		return 0 // decided on a later batch
+	}
+	if uint32(server) != pid {
+		if d.pids.CompareAndSwap(pidUnknown, pidPooler) {
+			d.log.Info("the database connections go through a pooler: booking records do not name their backend, "+
+				"so a booking whose transaction never committed is dropped after accounting.in_flight_grace",
+				"client_pid", pid, "server_pid", server)
+		}
+		return 0
+	}
+	d.pids.Store(pidReal)
+	return pid
 }
 
 // rollback undoes a Redis booking whose proc did not commit.

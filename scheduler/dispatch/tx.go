@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cuesched/cuesched/scheduler/jobs"
 	"github.com/cuesched/cuesched/scheduler/sizing"
@@ -121,7 +122,9 @@ type wonFrames struct {
 // (-1 = no limit). stale means the host guard failed (rolled back). won is
 // empty and jobStopped set when the job was no longer dispatchable (paused,
 // or no longer PENDING) inside the transaction.
-func (d *Dispatcher) commit(ctx context.Context, l *jobs.Layer, h sizing.Host, booked []planned) (won wonFrames, room int, after sizing.Host, stale, jobStopped bool, err error) {
+// conn is the connection the bookings named (Booking.BackendPID); the
+// caller releases it.
+func (d *Dispatcher) commit(ctx context.Context, conn *pgxpool.Conn, l *jobs.Layer, h sizing.Host, booked []planned) (won wonFrames, room int, after sizing.Host, stale, jobStopped bool, err error) {
 	n := len(booked)
 	frameIDs, procs := make([]string, n), make([]string, n)
 	versions := make([]int32, n)
@@ -134,12 +137,6 @@ func (d *Dispatcher) commit(ctx context.Context, l *jobs.Layer, h sizing.Host, b
 	if limits == nil {
 		limits = []string{}
 	}
-
-	conn, err := d.pool.Acquire(ctx)
-	if err != nil {
-		return won, -1, h, false, false, fmt.Errorf("dispatch: acquire connection: %w", err)
-	}
-	defer conn.Release()
 
 	// Round trip 1: BEGIN, the limit locks, the claim. Round trip 2 (only
 	// when frames were started): the host update with their sums. Then

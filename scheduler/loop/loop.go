@@ -93,7 +93,7 @@ type Config struct {
 	EmptySleep     time.Duration // 30 s
 	SaturatedSleep time.Duration // 5 s
 	// ErrorBackoffMin and ErrorBackoffMax bound the retry of a cluster
-	// whose pass failed (200 ms doubling up to 2 s): a database failover
+	// whose pass failed (200 ms doubling up to 1 s): a database failover
 	// or restart is not an empty cluster, booking resumes within about
 	// ErrorBackoffMax of the database coming back.
 	ErrorBackoffMin, ErrorBackoffMax time.Duration
@@ -178,7 +178,7 @@ func New(db jobs.DB, feed *clusters.Feed, worker Worker, cfg Config, o Options) 
 		cfg.ErrorBackoffMin = 200 * time.Millisecond
 	}
 	if cfg.ErrorBackoffMax < cfg.ErrorBackoffMin {
-		cfg.ErrorBackoffMax = max(2*time.Second, cfg.ErrorBackoffMin)
+		cfg.ErrorBackoffMax = max(time.Second, cfg.ErrorBackoffMin)
 	}
 	log := o.Logger
 	if log == nil {

@@ -427,7 +427,7 @@ func Default() Config {
 			ClusterSaturatedSleep:         Duration(5 * time.Second),
 			PassTimeout:                   Duration(2 * time.Minute),
 			ClusterErrorBackoffMin:        Duration(200 * time.Millisecond),
-			ClusterErrorBackoffMax:        Duration(2 * time.Second),
+			ClusterErrorBackoffMax:        Duration(time.Second),
 			ClusterReloadInterval:         Duration(120 * time.Second),
 			ActiveScanInterval:            Duration(2 * time.Second),
 			Stream:                        Stream{ClusterBufferSize: 3, JobBufferSize: 3},

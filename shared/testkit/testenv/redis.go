@@ -21,6 +21,9 @@ type RedisOptions struct {
 	Databases int
 	// AppendOnly turns on AOF with appendfsync always (durability tests).
 	AppendOnly bool
+	// ReplicaOf ("host:port") starts the server as a replica of that
+	// primary (Sentinel tests).
+	ReplicaOf string
 }
 
 // Redis is a redis-server this process started (or an external one).
@@ -100,6 +103,13 @@ func (r *Redis) start(ctx context.Context, bin string) error {
 		"--protected-mode", "no",
 		"--loglevel", "warning",
 		"--logfile", filepath.Join(r.dir, "redis.log"),
+	}
+	if r.opts.ReplicaOf != "" {
+		host, port, err := net.SplitHostPort(r.opts.ReplicaOf)
+		if err != nil {
+			return fmt.Errorf("testenv: replica of %q: %w", r.opts.ReplicaOf, err)
+		}
+		args = append(args, "--replicaof", host, port)
 	}
 	if r.opts.AppendOnly {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
@@ -229,6 +239,16 @@ func (r *Redis) StartServer(ctx context.Context) error {
 		return err
 	}
 	return r.start(ctx, bin)
+}
+
+// Signal sends sig to the running server (SIGSTOP/SIGCONT to freeze it).
+func (r *Redis) Signal(sig syscall.Signal) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return errors.New("testenv: redis-server not running")
+	}
+	return syscall.Kill(r.cmd.Process.Pid, sig)
 }
 
 // Stop kills the server and removes its temp dir. Safe to call twice.
