@@ -30,7 +30,7 @@
 //
 // # Renewal and fencing
 //
-// Every step (scheduler.work_split_renew, a fifth of the lease by default)
+// Every step (scheduler.work_split_renew, a tenth of the lease by default)
 // is one query on the lock session: it reads the granted advisory locks of
 // both classes, which renews the lease (it resets the session's idle
 // timer) and proves the session still holds this instance's locks. The
@@ -52,7 +52,8 @@
 // take the shares at their next step); an instance killed on a live host
 // closes its socket at once, so its shares move within one renew. A share
 // that moves because an instance joined changes hands once its last pass
-// ends, within about two renews. With one live instance it owns every
+// ends: the old holder sees the new member within one renew and the new
+// one, stepping every renew/10 while it waits, takes the share soon after. With one live instance it owns every
 // share after its first step, and booking is as with work_split: none.
 package shard
 
@@ -133,7 +134,7 @@ type Config struct {
 	Unit Unit
 	// Lease is the lock session's idle_session_timeout (10 s).
 	Lease time.Duration
-	// Renew is the step interval (Lease/5); it must be below Lease/2.
+	// Renew is the step interval (Lease/10); it must be below Lease/2.
 	Renew time.Duration
 	// Scope separates instance groups that split different clusters (the
 	// facility id; "" for all).
@@ -177,6 +178,9 @@ type Shard struct {
 	slot    int32 // member slot held; -1 none
 	held    map[int32]struct{}
 	members []int32
+	// unsettled: the last step left a wanted share to another holder or a
+	// share to release after its pass; the next step comes sooner.
+	unsettled atomic.Bool
 }
 
 // New returns a split over the lock session dialled from cfg.
@@ -185,7 +189,7 @@ func New(cfg *pgx.ConnConfig, c Config, o Options) *Shard {
 		c.Lease = 10 * time.Second
 	}
 	if c.Renew <= 0 {
-		c.Renew = c.Lease / 5
+		c.Renew = c.Lease / 10
 	}
 	if c.Unit == "" {
 		c.Unit = ByAllocation
@@ -243,17 +247,24 @@ func (s *Shard) Members() []int32 {
 func (s *Shard) Owned() int { return len(s.owned.Load().ids) }
 
 // Run steps every Renew until ctx ends, then closes the session (which
-// releases every lock at once).
+// releases every lock at once). While a hand-over is under way (a share
+// this instance wants is still held by another, or one it gives up still
+// has a pass in flight) it steps every Renew/10, so a share changes hands
+// within about one Renew of the rebalance.
 func (s *Shard) Run(ctx context.Context) error {
 	defer s.Close()
-	t := time.NewTicker(s.c.Renew)
-	defer t.Stop()
 	for {
 		if err := s.Step(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("work split: step failed; this instance books none of its shares until a step succeeds", "error", err)
 		}
+		d := s.c.Renew
+		if s.unsettled.Load() {
+			d = max(s.c.Renew/10, 20*time.Millisecond)
+		}
+		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil
 		case <-t.C:
 		}
@@ -356,12 +367,15 @@ func (s *Shard) Step(ctx context.Context) error {
 		}
 	}
 	var release, acquire []int32
+	unsettled := false
 	for id := range s.held {
 		if _, ok := wanted[id]; ok {
 			continue
 		}
 		if _, ok := busy[id]; !ok {
 			release = append(release, id)
+		} else {
+			unsettled = true
 		}
 	}
 	for _, id := range want {
@@ -379,6 +393,7 @@ func (s *Shard) Step(ctx context.Context) error {
 			delete(s.held, id)
 		}
 		s.m.handoffs.WithLabelValues("released").Add(float64(len(release)))
+		s.log.Info("work split: gave shares up to rebalance", "released", len(release), "members", len(members), "slot", s.slot)
 	}
 	if len(acquire) > 0 {
 		got, err := s.queryLocked(ctx, `SELECT $1::int4::bigint, k::bigint, pg_try_advisory_lock($1::int4, k) FROM unnest($2::int4[]) k`, s.uclass, acquire)
@@ -394,7 +409,11 @@ func (s *Shard) Step(ctx context.Context) error {
 				n++
 			}
 		}
+		unsettled = unsettled || n < len(acquire)
 		s.m.handoffs.WithLabelValues("acquired").Add(float64(n))
+		if n > 0 {
+			s.log.Info("work split: took shares", "acquired", n, "members", len(members), "slot", s.slot)
+		}
 	}
 	// Owned: held and still wanted (a share being released takes no new
 	// pass); holding: every lock held (its passes in flight may finish).
@@ -408,6 +427,7 @@ func (s *Shard) Step(ctx context.Context) error {
 		}
 	}
 	s.publishLocked(own, hold, nclusters)
+	s.unsettled.Store(unsettled)
 	return nil
 }
 

@@ -349,7 +349,7 @@ type Scheduler struct {
 	// stalled instance's shares move within lease + renew (10 s).
 	WorkSplitLease Duration `yaml:"work_split_lease"`
 	// WorkSplitRenew is how often an instance renews its lease and
-	// rebalances; 0 is a fifth of the lease. It must be below half the
+	// rebalances; 0 is a tenth of the lease. It must be below half the
 	// lease.
 	WorkSplitRenew Duration `yaml:"work_split_renew"`
 }

@@ -335,7 +335,7 @@ func (c Config) Validate() error {
 		return bad("scheduler.work_split_lease", fmt.Sprintf("must be at least 1s, not %s", c.Scheduler.WorkSplitLease.D()))
 	}
 	if r := c.Scheduler.WorkSplitRenew.D(); r < 0 || 2*r >= c.Scheduler.WorkSplitLease.D() {
-		return bad("scheduler.work_split_renew", fmt.Sprintf("must be 0 (a fifth of work_split_lease) or positive and below half of work_split_lease (%s), not %s",
+		return bad("scheduler.work_split_renew", fmt.Sprintf("must be 0 (a tenth of work_split_lease) or positive and below half of work_split_lease (%s), not %s",
 			c.Scheduler.WorkSplitLease.D(), r))
 	}
 	switch c.Queue.JobOrder {
