@@ -289,7 +289,7 @@ func (s *Shard) Step(ctx context.Context) error {
 	defer s.mu.Unlock()
 	if s.conn == nil || s.conn.IsClosed() {
 		if s.slot >= 0 || len(s.held) > 0 {
-			s.lostLocked("lock session closed")
+			s.lostLocked(ctx, "lock session closed")
 		}
 		if err := s.connectLocked(ctx); err != nil {
 			return err
@@ -301,7 +301,7 @@ func (s *Shard) Step(ctx context.Context) error {
 		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 		  AND classid IN ($1::bigint::oid, $2::bigint::oid)`, int64(uint32(s.mclass)), int64(uint32(s.uclass)))
 	if err != nil {
-		s.lostLocked("renewal failed")
+		s.lostLocked(ctx, "renewal failed")
 		s.closeConnLocked()
 		return fmt.Errorf("renew: %w", err)
 	}
@@ -322,13 +322,13 @@ func (s *Shard) Step(ctx context.Context) error {
 	for id := range s.held {
 		if _, ok := mine[id]; !ok {
 			// Never expected on a live session: treat as lost.
-			s.lostLocked("a share lock is missing from the session")
+			s.lostLocked(ctx, "a share lock is missing from the session")
 			s.closeConnLocked()
 			return errors.New("renew: a held share lock is missing")
 		}
 	}
 	if s.slot >= 0 && !slotOK {
-		s.lostLocked("the member lock is missing from the session")
+		s.lostLocked(ctx, "the member lock is missing from the session")
 		s.closeConnLocked()
 		return errors.New("renew: the member lock is missing")
 	}
@@ -385,7 +385,7 @@ func (s *Shard) Step(ctx context.Context) error {
 	}
 	if len(release) > 0 {
 		if _, err := s.queryLocked(ctx, `SELECT $1::int4::bigint, k::bigint, pg_advisory_unlock($1::int4, k) FROM unnest($2::int4[]) k`, s.uclass, release); err != nil {
-			s.lostLocked("release failed")
+			s.lostLocked(ctx, "release failed")
 			s.closeConnLocked()
 			return fmt.Errorf("release shares: %w", err)
 		}
@@ -398,7 +398,7 @@ func (s *Shard) Step(ctx context.Context) error {
 	if len(acquire) > 0 {
 		got, err := s.queryLocked(ctx, `SELECT $1::int4::bigint, k::bigint, pg_try_advisory_lock($1::int4, k) FROM unnest($2::int4[]) k`, s.uclass, acquire)
 		if err != nil {
-			s.lostLocked("acquire failed")
+			s.lostLocked(ctx, "acquire failed")
 			s.closeConnLocked()
 			return fmt.Errorf("acquire shares: %w", err)
 		}
@@ -523,9 +523,10 @@ func (s *Shard) closeConnLocked() {
 	clear(s.held)
 }
 
-// lostLocked drops every share after the session failed.
-func (s *Shard) lostLocked(why string) {
-	if len(s.held) > 0 || s.slot >= 0 {
+// lostLocked drops every share after the session failed. A step cut
+// short by shutdown (its context ended) is no loss.
+func (s *Shard) lostLocked(ctx context.Context, why string) {
+	if (len(s.held) > 0 || s.slot >= 0) && ctx.Err() == nil {
 		s.m.losses.Inc()
 		s.log.Warn("work split: lease lost; booking none of this instance's shares until it rejoins", "reason", why, "shares", len(s.held))
 	}
