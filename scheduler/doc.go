@@ -10,7 +10,9 @@
 //
 //	(1) clusters   the WAL (through the host cache's stream) or a reload
 //	              makes its (facility, show, allocation tag) cluster
-//	              known; the Feed hands the cluster to a loop worker.
+//	              known; the Feed hands the cluster to a loop worker
+//	              (with scheduler.work_split, only the clusters of the
+//	              shares this instance holds: shard).
 //	(2) loop       one pass of the cluster: wait on the gates (accounting
 //	              ready, host cache loaded), then ask jobs for work.
 //	(3) jobs       the pending-jobs query (lottery order, caps, min cores
@@ -34,6 +36,10 @@
 //	   rqdclient  tokens, environment), over gRPC to the host's RQD.
 //	(9) (sidecar)  when Cuebot deletes the proc at completion, the sidecar
 //	              next to it releases the booking in Redis exactly once.
+//
+// shard, with scheduler.work_split, splits the clusters between the live
+// instances on PostgreSQL advisory locks (a lease renewed every step) and
+// fences every booking batch (the matcher asks it before each dispatch).
 //
 // accounting runs beside the loop: bootstrap of the Redis counters, the
 // booking gate, and the leader-elected recompute/reseed loops that keep

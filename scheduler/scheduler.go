@@ -30,6 +30,7 @@ import (
 	"github.com/cuesched/cuesched/scheduler/memsize"
 	"github.com/cuesched/cuesched/scheduler/reservations"
 	"github.com/cuesched/cuesched/scheduler/rqdclient"
+	"github.com/cuesched/cuesched/scheduler/shard"
 	"github.com/cuesched/cuesched/scheduler/sizing"
 	"github.com/cuesched/cuesched/scheduler/tiers"
 	"github.com/cuesched/cuesched/shared/config"
@@ -82,6 +83,8 @@ type Scheduler struct {
 	Accounting *accounting.Service
 	// HostCache is nil when Deps.Hosts was given.
 	HostCache *hostcache.Cache
+	// Shard is the work split (scheduler.work_split); nil with none.
+	Shard *shard.Shard
 	// Reservations honours, sweeps and (queue.reservations.enabled)
 	// grants firm host reservations.
 	Reservations *reservations.Manager
@@ -199,6 +202,11 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 			return s.Accounting.ReseedShowLimits(ctx, shows)
 		},
 	}
+	// scheduler.work_split: the feed hands out only the clusters of the
+	// shares this instance holds (s.Shard is set below, before Run).
+	if cfg.Scheduler.WorkSplit != "" && cfg.Scheduler.WorkSplit != config.WorkSplitNone {
+		feedOpts.Owns = func(c *clusters.Cluster) bool { return s.Shard != nil && s.Shard.Owns(c) }
+	}
 	var board *tiers.Board
 	if q.ShowTiers {
 		board = tiers.New(s.rdb, func() []tiers.Sub { return tiers.SubsOf(s.Feed.Clusters()) },
@@ -208,6 +216,15 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 	s.Feed, err = clusters.NewFeed(ctx, s.pool, feedOpts)
 	if err != nil {
 		return nil, err
+	}
+	var fence func(*clusters.Cluster) error
+	if feedOpts.Owns != nil {
+		s.Shard = shard.New(s.pool.Config().ConnConfig, shard.Config{
+			Unit: shard.Unit(cfg.Scheduler.WorkSplit), Lease: cfg.Scheduler.WorkSplitLease.D(), Renew: cfg.Scheduler.WorkSplitRenew.D(),
+			Scope: facilityID,
+		}, shard.Options{Logger: log, Registerer: d.Registerer, Clusters: s.Feed.Clusters, InFlight: s.Feed.InFlight, Changed: s.Feed.Poke})
+		s.loops = append(s.loops, s.Shard.Run)
+		fence = s.Shard.Fence
 	}
 	var booked func(context.Context, *clusters.Cluster)
 	if board != nil {
@@ -331,7 +348,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		MaxConcurrentLayers: max(maxLayers, 1), Policy: policy, Schema: &schema,
 		HostQuarantine: q.HostQuarantine.D(), Spread: spread,
 	}, matcher.Options{Logger: log, Registerer: d.Registerer, Backoff: s.Backoff, Guard: guard, Reservations: s.Reservations,
-		Sizer: sizer})
+		Sizer: sizer, Fence: fence})
 
 	if d.Gate != nil {
 		gates = append(gates, d.Gate)

@@ -11,10 +11,11 @@ import (
 	"github.com/cuesched/cuesched/shared/cli"
 
 	"github.com/cuesched/cuesched/lab/sim"
+	"github.com/cuesched/cuesched/shared/config"
 )
 
 const simUsage = `usage: cuesched-lab sim [--scenario NAME[,NAME…]|all] [--seed N] [--scale F] [--hosts N]
-                    [--schedulers N] [--json] [--out DIR] [--no-variants] [--list]
+                    [--schedulers N] [--work-split none|allocation|cluster] [--json] [--out DIR] [--no-variants] [--list]
 
 The verify battery: farm-scale scenarios that drive the real scheduler(s)
 and sidecar in-process against an embedded PostgreSQL and Redis (started in
@@ -37,6 +38,7 @@ func runSim(ctx context.Context, c *cli.Env, args []string) int {
 	scale := fs.Float64("scale", 1, "multiplies farm sizes and load")
 	hosts := fs.Int("hosts", 0, "host count of COLDFILL (0: 1,553 × scale)")
 	schedulers := fs.Int("schedulers", 1, "scheduler instances sharing the farm (FAILOVER runs at least 2)")
+	workSplit := fs.String("work-split", "", "scheduler.work_split of every scheduler (none, allocation, cluster; SPLIT sets its own per run)")
 	asJSON := fs.Bool("json", false, "print one JSON object per scenario run instead of the table")
 	out := fs.String("out", "", "write report.md, report.json and fill charts (PNG) to this directory")
 	noVariants := fs.Bool("no-variants", false, "skip the round-1 comparison runs")
@@ -57,6 +59,11 @@ func runSim(ctx context.Context, c *cli.Env, args []string) int {
 	if *scale <= 0 || *schedulers < 1 || *hosts < 0 {
 		return fs.Fail("--scale must be > 0, --schedulers >= 1, --hosts >= 0")
 	}
+	switch *workSplit {
+	case "", config.WorkSplitNone, config.WorkSplitAllocation, config.WorkSplitCluster:
+	default:
+		return fs.Fail("--work-split must be %s, %s or %s, not %q", config.WorkSplitNone, config.WorkSplitAllocation, config.WorkSplitCluster, *workSplit)
+	}
 	var picked []sim.Scenario
 	if strings.EqualFold(*scenario, "all") {
 		picked = sim.Scenarios()
@@ -73,7 +80,7 @@ func runSim(ctx context.Context, c *cli.Env, args []string) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	progress := func(line string) { fmt.Fprintln(c.Stderr, line) }
-	b, err := sim.NewBattery(ctx, sim.Options{Seed: *seed, Scale: *scale, Hosts: *hosts, Schedulers: *schedulers,
+	b, err := sim.NewBattery(ctx, sim.Options{Seed: *seed, Scale: *scale, Hosts: *hosts, Schedulers: *schedulers, WorkSplit: *workSplit,
 		NoVariants: *noVariants, Progress: progress, Verbose: *verbose})
 	if err != nil {
 		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)

@@ -50,6 +50,8 @@ func Scenarios() []Scenario {
 		{Name: "COLDFILL", Description: "1,553 idle hosts (~57k cores, mixed sizes, some GPU) and a deep backlog: seconds to 95% of cores booked.", Run: runColdFill},
 		{Name: "COMPLETIONSTORM", Description: ">= 150 completions/s for a minute: zero lost releases, Redis = SUM(proc) at the end.", Run: runStorm},
 		{Name: "FAILOVER", Description: "two schedulers; the loop leader is killed mid-run: the survivor books >= 100 frames within 10 s, nothing launched twice.", Run: runFailover},
+		{Name: "SPLIT", Description: "three allocations shared by six shows, cold-filled by three schedulers splitting the clusters by allocation (scheduler.work_split): races lost (planned bookings refused because another instance took the capacity) <= 10% of planned; statements per frame and fill time beside 1 and 2 instances and 3 that do not split.",
+			Variants: splitVariants(), Run: runSplit},
 		{Name: "RESERVATIONS", Description: "64/128-core frames among a flood of 1-core frames on 64/128-core hosts: every wide frame runs within a bounded wait, utilization >= 85%, no non-owner booking on a reserved host but EASY backfills; beside the same run without reservations, and a failover while a reservation is held.",
 			Variants: []Variant{noReservations, resvFailover}, Run: runReservations},
 		{Name: "LOCALITY", Description: "sustained feed of several multi-frame layers on a busy farm: share of frames placed on a host that last ran the same layer >= 25%.",

@@ -42,6 +42,9 @@ type Options struct {
 	// Schedulers is how many scheduler instances share the farm (default
 	// 1; FAILOVER always runs at least two).
 	Schedulers int
+	// WorkSplit sets scheduler.work_split (none, allocation, cluster) for
+	// every scenario; "" keeps the default (none) or the scenario's.
+	WorkSplit string
 	// Variants runs the comparison variants too (default true via New).
 	NoVariants bool
 	// Progress receives one line per scenario start and end (nil: none).

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -97,8 +98,12 @@ type World struct {
 	sidecar *sidecar.Sidecar
 	sCancel context.CancelFunc
 	scheds  []*instance
-	started time.Time
-	mon     *monitor
+	// schedRole, if set, is the role the schedulers connect as, so
+	// pg_stat_statements tells their statements from the emulator's, the
+	// sidecar's and the monitor's (SchedulerRole).
+	schedRole string
+	started   time.Time
+	mon       *monitor
 
 	mu      sync.Mutex
 	metrics []Metric
@@ -298,6 +303,9 @@ func (w *World) config() config.Config {
 	cfg.Queue.WaitingStatsInterval = 0
 	cfg.Metrics.Listen = ""
 	cfg.Scheduler.Facility = "sim"
+	if w.Opts.WorkSplit != "" {
+		cfg.Scheduler.WorkSplit = w.Opts.WorkSplit
+	}
 	for _, f := range w.base {
 		f(&cfg)
 	}
@@ -355,7 +363,12 @@ func (w *World) Start(ctx context.Context, n int) error {
 func (w *World) startScheduler(ctx context.Context, i int) error {
 	cfg := w.config()
 	cfg.Scheduler.InstanceName = fmt.Sprintf("sim%d", i)
-	pc, err := pgxpool.ParseConfig(w.DBURL)
+	url := w.DBURL
+	if w.schedRole != "" {
+		url = strings.Replace(url, "postgres@", w.schedRole+"@", 1)
+		cfg.Database.URL = url
+	}
+	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return err
 	}
@@ -380,6 +393,48 @@ func (w *World) startScheduler(ctx context.Context, i int) error {
 		_ = s.Run(ictx)
 	}()
 	return nil
+}
+
+// SchedulerRole makes the schedulers Start runs connect as a role of their
+// own (created here, dropped with the database's cluster role at close),
+// so SchedulerStatements counts their statements only. Call before Start.
+func (w *World) SchedulerRole(ctx context.Context) error {
+	role := fmt.Sprintf("simsched_%s", strings.ReplaceAll(w.dbName, "-", "_"))
+	if _, err := w.Pool.Exec(ctx, `CREATE ROLE `+role+` LOGIN SUPERUSER`); err != nil {
+		return err
+	}
+	if _, err := w.Pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		return err
+	}
+	w.schedRole = role
+	return nil
+}
+
+// SchedulerStatements is the statements the schedulers ran in this
+// database (pg_stat_statements; SchedulerRole first).
+func (w *World) SchedulerStatements(ctx context.Context) int64 {
+	return w.Int(ctx, `SELECT COALESCE(sum(calls),0)::bigint FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
+		WHERE r.rolname = $1 AND s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`, w.schedRole)
+}
+
+// Gauges returns a gauge's value in each live scheduler instance.
+func (w *World) Gauges(name string) []float64 {
+	var out []float64
+	for _, in := range w.scheds {
+		if in.dead {
+			continue
+		}
+		fams, err := in.reg.Gather()
+		if err != nil {
+			continue
+		}
+		for _, f := range fams {
+			if f.GetName() == name && len(f.GetMetric()) > 0 {
+				out = append(out, f.GetMetric()[0].GetGauge().GetValue())
+			}
+		}
+	}
+	return out
 }
 
 // Leader returns the index of the scheduler instance leading the
@@ -616,4 +671,10 @@ func (w *World) close() {
 		_ = w.RDB.Close()
 	}
 	_ = w.env.pg.DropDatabase(ctx, w.dbName)
+	if w.schedRole != "" {
+		if c, err := pgx.Connect(ctx, w.env.pg.URL("postgres")); err == nil {
+			_, _ = c.Exec(ctx, `DROP ROLE IF EXISTS `+w.schedRole)
+			_ = c.Close(ctx)
+		}
+	}
 }

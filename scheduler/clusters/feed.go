@@ -43,6 +43,11 @@ type FeedOptions struct {
 	// turns in Rank order: the lowest-ranked show gets first pick of the
 	// capacity that appeared, and only what it leaves goes to the next.
 	OnePerAlloc bool
+	// Owns, if set, filters the clusters handed out: only those it accepts
+	// (the shares this instance holds under scheduler.work_split, package
+	// shard). It is called under the feed's mutex and must be cheap and
+	// lock-free; call Poke when its answer changes.
+	Owns func(*Cluster) bool
 }
 
 // Feed hands clusters to pipeline workers round-robin; see the package doc.
@@ -333,6 +338,9 @@ func (f *Feed) pick(now time.Time) (*Cluster, time.Time) {
 		if _, busy := f.inflight[c.key]; busy {
 			continue
 		}
+		if f.opts.Owns != nil && !f.opts.Owns(c) {
+			continue
+		}
 		if a := c.AllocID(); a != "" && f.opts.OnePerAlloc {
 			if _, busy := f.allocs[a]; busy {
 				continue
@@ -420,6 +428,19 @@ func (f *Feed) Clusters() []*Cluster {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]*Cluster(nil), f.universe...)
+}
+
+// InFlight returns the clusters handed out by Next and not yet Done.
+func (f *Feed) InFlight() []*Cluster {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]*Cluster, 0, len(f.inflight))
+	for _, c := range f.universe {
+		if _, ok := f.inflight[c.key]; ok {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // Active returns the clusters the awake gate lets through.

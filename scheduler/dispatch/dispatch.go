@@ -321,6 +321,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 	if len(plan) == 0 {
 		return out
 	}
+	d.m.planned.Add(float64(len(plan)))
 
 	// 2. Book in Redis. The bookings go out concurrently (each is one
 	// atomic script, so caps hold whatever the interleaving); the frames
@@ -378,6 +379,9 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 		var re *publisher.ReservedError
 		isLimit := errors.As(err, &le)
 		isReserved := errors.As(err, &re)
+		if isLimit {
+			d.m.lost.WithLabelValues(lostGate).Inc()
+		}
 		notSeeded := errors.Is(err, publisher.ErrShowNotSeeded)
 		if !isLimit && !notSeeded && !isReserved {
 			// Outcome unknown: undo whatever may have been charged.
@@ -443,12 +447,16 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 		out.Stop, out.Err = Failed, err
 		return out
 	case stale:
+		d.m.lost.WithLabelValues(lostHostPG).Add(float64(len(booked)))
 		out.Stop = HostStale
 		return out
 	case jobStopped:
 		d.log.Debug("job paused or no longer pending; nothing started", "job", l.JobName, "layer", l.Name, "host", h.Name)
 		out.Stop = JobStopped
 		return out
+	}
+	if len(out.Claimed) > 0 {
+		d.m.lost.WithLabelValues(lostFrame).Add(float64(len(out.Claimed)))
 	}
 	if len(launched) == 0 {
 		return out

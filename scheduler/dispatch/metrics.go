@@ -20,6 +20,8 @@ type metrics struct {
 	memRequested     prometheus.Counter
 	memBooked        *prometheus.CounterVec
 	sizedFrames      *prometheus.CounterVec
+	planned          prometheus.Counter
+	lost             *prometheus.CounterVec
 }
 
 // Sources of a frame's memory (scheduler_sizing_frames_total{source}).
@@ -38,6 +40,14 @@ func (m *metrics) observeMemory(l sizing.Shape, bookedKB int64) {
 	m.memBooked.WithLabelValues(src).Add(float64(bookedKB) * 1024)
 	m.sizedFrames.WithLabelValues(src).Inc()
 }
+
+// Reasons a planned booking was lost to capacity someone else took
+// (scheduler_bookings_lost_total{reason}).
+const (
+	lostGate   = "gate_refused"  // the booking script refused it (a cap or burst used up)
+	lostFrame  = "frame_claimed" // the claim found the frame taken (another dispatcher, or no longer WAITING)
+	lostHostPG = "host_stale"    // the claim found less idle on the host than the cache said
+)
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
@@ -85,6 +95,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "scheduler_dispatch_accounting_errors_total",
 			Help: "Redis rollbacks or releases that failed (healed by the recompute), by operation.",
 		}, []string{"op"}),
+		planned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scheduler_bookings_planned_total",
+			Help: "Frames the dispatcher planned to book (sized on a checked-out host), the denominator of races lost.",
+		}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scheduler_bookings_lost_total",
+			Help: "Planned frames not booked because the capacity was taken since the plan: refused by the booking script (gate_refused), the frame claimed elsewhere (frame_claimed), the host's idle gone in Postgres (host_stale). With several instances, lost / planned is the share of races lost.",
+		}, []string{"reason"}),
 	}
 	m.memRequested = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "scheduler_sizing_requested_memory_bytes_total",
@@ -113,10 +131,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, op := range []string{"release", "rollback"} {
 		m.accountingErrors.WithLabelValues(op)
 	}
+	for _, r := range []string{lostGate, lostFrame, lostHostPG} {
+		m.lost.WithLabelValues(r)
+	}
 	if reg != nil {
 		reg.MustRegister(m.frames, m.timeToBook, m.batches, m.batchDuration, m.txDuration, m.launchDuration,
 			m.launchFailures, m.compensations, m.killFailures, m.accountingErrors,
-			m.memRequested, m.memBooked, m.sizedFrames)
+			m.memRequested, m.memBooked, m.sizedFrames, m.planned, m.lost)
 	}
 	return m
 }

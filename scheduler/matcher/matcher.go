@@ -159,6 +159,11 @@ type Options struct {
 	// Sizer, when set, sizes the layers of each job from their RSS
 	// history and memory kills (memsize.Sizer) before they are matched.
 	Sizer Sizer
+	// Fence, when set, is asked before every booking batch of a cluster
+	// (scheduler.work_split: the instance must still hold the cluster's
+	// share within its lease, package shard); an error ends the layer
+	// without booking and the job without its other layers.
+	Fence func(c *clusters.Cluster) error
 }
 
 // Sizer sizes a job's layers for a pass (memsize.Sizer.Size): it sets
@@ -185,6 +190,7 @@ type Matcher struct {
 	guard   Guard
 	resv    Reservations
 	sizer   Sizer
+	fence   func(c *clusters.Cluster) error
 	sem     chan struct{}
 	log     hclog.Logger
 	m       *metrics
@@ -218,7 +224,7 @@ func New(db jobs.DB, hosts Hosts, disp Dispatcher, cfg Config, o Options) *Match
 	if p == nil {
 		p = NewPermits()
 	}
-	return &Matcher{db: db, hosts: hosts, disp: disp, cfg: cfg, permits: p, backoff: o.Backoff, guard: o.Guard, resv: o.Reservations, sizer: o.Sizer,
+	return &Matcher{db: db, hosts: hosts, disp: disp, cfg: cfg, permits: p, backoff: o.Backoff, guard: o.Guard, resv: o.Reservations, sizer: o.Sizer, fence: o.Fence,
 		sem: make(chan struct{}, cfg.MaxConcurrentLayers), log: log.Named("matcher"), m: newMetrics(o.Registerer),
 		quarantine: map[string]time.Time{}}
 }
@@ -347,6 +353,9 @@ func (m *Matcher) ProcessInTurn(ctx context.Context, c *clusters.Cluster, job jo
 		}
 		r := m.processLayer(ctx, c, l, t)
 		out.Dispatched += r.dispatched
+		if r.fenced {
+			return out, nil
+		}
 		if r.stop == dispatch.Failed {
 			out.Failed = true
 		}
@@ -388,6 +397,8 @@ type layerResult struct {
 	worked     bool
 	stop       dispatch.Stop
 	table      string
+	// fenced: the work-split fence refused the batch (Options.Fence).
+	fenced bool
 }
 
 func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs.Layer, t *turn) layerResult {
@@ -475,6 +486,17 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 			limit(&host)
 			if host.KeepCores > kept {
 				m.m.spreadCapped.Inc()
+			}
+		}
+		if m.fence != nil {
+			if err := m.fence(c); err != nil {
+				// This instance no longer holds the cluster's share (or
+				// its lease is past its fence): another instance may
+				// book it now. Book nothing more here.
+				m.hosts.Checkin(host)
+				m.log.Debug("work split: fence refused a batch", "cluster", c.Key(), "error", err)
+				r.fenced = true
+				return r
 			}
 		}
 		res := m.disp.Dispatch(ctx, l, remaining, host)

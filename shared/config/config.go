@@ -339,7 +339,27 @@ type Scheduler struct {
 	// InstanceName identifies this instance in logs and status; defaults to
 	// the hostname and pid.
 	InstanceName string `yaml:"instance_name"`
+	// WorkSplit splits the clusters between the live instances of one
+	// facility scope (package scheduler/shard): "none" (default: every
+	// instance plans every cluster, as a single instance does),
+	// "allocation" (one share per allocation, a show's tag clusters as
+	// their own share) or "cluster" (one share per cluster).
+	WorkSplit string `yaml:"work_split"`
+	// WorkSplitLease is the lock session's idle_session_timeout: a dead or
+	// stalled instance's shares move within lease + renew (10 s).
+	WorkSplitLease Duration `yaml:"work_split_lease"`
+	// WorkSplitRenew is how often an instance renews its lease and
+	// rebalances; 0 is a tenth of the lease. It must be below half the
+	// lease.
+	WorkSplitRenew Duration `yaml:"work_split_renew"`
 }
+
+// Work splits (scheduler.work_split).
+const (
+	WorkSplitNone       = "none"
+	WorkSplitAllocation = "allocation"
+	WorkSplitCluster    = "cluster"
+)
 
 // RQD is how the dispatcher reaches render nodes.
 type RQD struct {
@@ -490,7 +510,7 @@ func Default() Config {
 			GroupIdleTimeout: Duration(3 * time.Hour),
 			Publication:      "cuesched_hostcache",
 		},
-		Scheduler: Scheduler{IgnoreTags: []string{}},
+		Scheduler: Scheduler{IgnoreTags: []string{}, WorkSplit: WorkSplitNone, WorkSplitLease: Duration(10 * time.Second)},
 		RQD: RQD{
 			GRPCPort:       8444,
 			ConnectTimeout: Duration(10 * time.Second),

@@ -152,6 +152,12 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 			[]string{`key "queue.layer_spread.max_host_fraction"`}},
 		{"request timeout past Cuebot's orphan check", "rqd:\n  request_timeout: 3m\n", nil,
 			[]string{"cuesched.yaml", `key "rqd.request_timeout"`, "cannot be honoured", "orphaned-proc", "5m0s"}},
+		{"bad work split", "scheduler:\n  work_split: show\n", nil,
+			[]string{"cuesched.yaml", `key "scheduler.work_split"`, `"none", "allocation" or "cluster", not "show"`}},
+		{"work split lease too short", "scheduler:\n  work_split_lease: 500ms\n", nil,
+			[]string{"cuesched.yaml", `key "scheduler.work_split_lease"`, "at least 1s"}},
+		{"work split renew past half the lease", "scheduler:\n  work_split_lease: 4s\n  work_split_renew: 2s\n", nil,
+			[]string{"cuesched.yaml", `key "scheduler.work_split_renew"`, "below half of work_split_lease"}},
 		{"grace past Cuebot's orphan check", "accounting:\n  in_flight_grace: 8m\n", nil,
 			[]string{"cuesched.yaml", `key "accounting.in_flight_grace"`, "cannot be honoured"}},
 	}

@@ -326,6 +326,18 @@ func (c Config) Validate() error {
 	if f := c.Queue.Reservations.MaxFraction; !(f > 0 && f <= 1) {
 		return bad("queue.reservations.max_fraction", fmt.Sprintf("must be in (0, 1], not %g", f))
 	}
+	switch c.Scheduler.WorkSplit {
+	case WorkSplitNone, WorkSplitAllocation, WorkSplitCluster:
+	default:
+		return bad("scheduler.work_split", fmt.Sprintf("must be %q, %q or %q, not %q", WorkSplitNone, WorkSplitAllocation, WorkSplitCluster, c.Scheduler.WorkSplit))
+	}
+	if c.Scheduler.WorkSplitLease.D() < time.Second {
+		return bad("scheduler.work_split_lease", fmt.Sprintf("must be at least 1s, not %s", c.Scheduler.WorkSplitLease.D()))
+	}
+	if r := c.Scheduler.WorkSplitRenew.D(); r < 0 || 2*r >= c.Scheduler.WorkSplitLease.D() {
+		return bad("scheduler.work_split_renew", fmt.Sprintf("must be 0 (a tenth of work_split_lease) or positive and below half of work_split_lease (%s), not %s",
+			c.Scheduler.WorkSplitLease.D(), r))
+	}
 	switch c.Queue.JobOrder {
 	case JobOrderLottery, JobOrderStrict:
 	default:
