@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -15,6 +16,7 @@ import (
 
 const simUsage = `usage: cuesched-lab sim [--scenario NAME[,NAME…]|all] [--seed N] [--scale F] [--hosts N]
                     [--schedulers N] [--json] [--out DIR] [--no-variants] [--list]
+                    [--cpuprofile FILE]
 
 The verify battery: farm-scale scenarios that drive the real scheduler(s)
 and sidecar in-process against an embedded PostgreSQL and Redis (started in
@@ -42,6 +44,7 @@ func runSim(ctx context.Context, c *cli.Env, args []string) int {
 	noVariants := fs.Bool("no-variants", false, "skip the round-1 comparison runs")
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	verbose := fs.Bool("v", false, "print the components' logs")
+	cpuProfile := fs.String("cpuprofile", "", "write a pprof CPU profile of the whole run (scheduler, sidecar and fakes share the process) to this file")
 	if code, done := fs.ParseArgs(args); done {
 		return code
 	}
@@ -69,6 +72,19 @@ func runSim(ctx context.Context, c *cli.Env, args []string) int {
 			}
 			picked = append(picked, s)
 		}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(c.Stderr, "%s: --cpuprofile: %v\n", name, err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(c.Stderr, "%s: --cpuprofile: %v\n", name, err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
