@@ -14,7 +14,7 @@ import (
 	"github.com/cuesched/cuesched/lab/sim"
 )
 
-const simUsage = `usage: cuesched-lab sim [--scenario NAME[,NAME…]|all] [--seed N] [--scale F] [--hosts N]
+const simUsage = `usage: cuesched-lab sim [--scenario NAME[,NAME…]|all] [--seed N] [--scale F] [--hosts N] [--frames N]
                     [--schedulers N] [--json] [--out DIR] [--no-variants] [--list]
                     [--cpuprofile FILE]
 
@@ -37,7 +37,8 @@ func runSim(ctx context.Context, c *cli.Env, args []string) int {
 	scenario := fs.String("scenario", "all", "scenario name, a comma-separated list, or all")
 	seed := fs.Int64("seed", 1, "seed of farm shapes, run times and the scheduler's lottery")
 	scale := fs.Float64("scale", 1, "multiplies farm sizes and load")
-	hosts := fs.Int("hosts", 0, "host count of COLDFILL (0: 1,553 × scale)")
+	hosts := fs.Int("hosts", 0, "host count of COLDFILL (0: 1,553 × scale) and SCALE (0: 10,000 × scale)")
+	frames := fs.Int("frames", 0, "waiting frames of SCALE (0: 1,000,000 × scale)")
 	schedulers := fs.Int("schedulers", 1, "scheduler instances sharing the farm (FAILOVER runs at least 2)")
 	asJSON := fs.Bool("json", false, "print one JSON object per scenario run instead of the table")
 	out := fs.String("out", "", "write report.md, report.json and fill charts (PNG) to this directory")
@@ -57,12 +58,12 @@ func runSim(ctx context.Context, c *cli.Env, args []string) int {
 		}
 		return 0
 	}
-	if *scale <= 0 || *schedulers < 1 || *hosts < 0 {
-		return fs.Fail("--scale must be > 0, --schedulers >= 1, --hosts >= 0")
+	if *scale <= 0 || *schedulers < 1 || *hosts < 0 || *frames < 0 {
+		return fs.Fail("--scale must be > 0, --schedulers >= 1, --hosts >= 0, --frames >= 0")
 	}
 	var picked []sim.Scenario
 	if strings.EqualFold(*scenario, "all") {
-		picked = sim.Scenarios()
+		picked = sim.BatteryScenarios()
 	} else {
 		for _, n := range strings.Split(*scenario, ",") {
 			s, ok := sim.Lookup(strings.TrimSpace(n))
@@ -89,7 +90,7 @@ func runSim(ctx context.Context, c *cli.Env, args []string) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	progress := func(line string) { fmt.Fprintln(c.Stderr, line) }
-	b, err := sim.NewBattery(ctx, sim.Options{Seed: *seed, Scale: *scale, Hosts: *hosts, Schedulers: *schedulers,
+	b, err := sim.NewBattery(ctx, sim.Options{Seed: *seed, Scale: *scale, Hosts: *hosts, Frames: *frames, Schedulers: *schedulers,
 		NoVariants: *noVariants, Progress: progress, Verbose: *verbose})
 	if err != nil {
 		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)

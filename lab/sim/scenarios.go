@@ -54,6 +54,8 @@ func Scenarios() []Scenario {
 			Variants: []Variant{noReservations, resvFailover}, Run: runReservations},
 		{Name: "LOCALITY", Description: "sustained feed of several multi-frame layers on a busy farm: share of frames placed on a host that last ran the same layer >= 25%.",
 			Variants: []Variant{noLocality}, Run: runLocality},
+		{Name: "SCALE", Description: "issue #28's farm (--hosts, default 10,000 hosts, ~400k cores, some GPUs; 3 allocations, 60 shows, 600 jobs; --frames, default 1,000,000 waiting), seeded in bulk: cold fill to 95% <= 60 s, process RSS <= 1 GiB, per-frame DB cost within 1.2x of a 1/10 farm's; lifecycles/s, statements/rows/buffer hits per frame, job/layer query time, WAL lag p99, races lost, CPU of product and simulator; beside the 1/10 farm and 2 and 3 schedulers. Run by name only (make scale).",
+			Explicit: true, Variants: []Variant{scaleBaseline, scaleTwo, scaleThree}, Run: runScale, Compare: compareScale},
 		{Name: "MIGRATE", Description: "legacy-dispatched and managed shows on one farm, flipped each way mid-run: no host over-booked, nothing launched twice, no orphan proc older than 30 s.",
 			Run: runMigrate},
 	}
