@@ -49,7 +49,7 @@ const (
 )
 
 var (
-	scaleBaseline = Variant{Name: "1/10 farm"}
+	scaleBaseline = Variant{Name: "tenth farm"}
 	scaleTwo      = Variant{Name: "2 schedulers"}
 	scaleThree    = Variant{Name: "3 schedulers"}
 )
@@ -537,7 +537,7 @@ func compareScale(rs []Result) {
 		if !ok1 || !ok2 || little <= 0 {
 			continue
 		}
-		m := Metric{Name: name + ": full farm / 1/10 farm", Value: math.Round(big/little*100) / 100, Op: AtMost, Threshold: 1.2}
+		m := Metric{Name: name + ": full farm / tenth farm", Value: math.Round(big/little*100) / 100, Op: AtMost, Threshold: 1.2}
 		if name != "product DB time per dispatched frame" {
 			m.Op = Info
 		}
