@@ -42,8 +42,6 @@ const (
 	scaleLabRole = "cuesched_lab"
 	// scaleSustain is how long the full farm is watched for lifecycles/s.
 	scaleSustain = 30 * time.Second
-	// scaleRunMin is the shortest frame run time (the longest is twice it).
-	scaleRunMin = 60 * time.Second
 	// scaleFillLimit is the cold fill's deadline (the goal is 60 s).
 	scaleFillLimit = 5 * time.Minute
 )
@@ -96,7 +94,8 @@ func runScale(ctx context.Context, w *World) error {
 	// Run times long beside a good fill, so the cold fill measures
 	// booking; once full, frames end and are replaced at about
 	// running frames / 90 s per second.
-	w.RunTimes(scaleRunMin, 2*scaleRunMin)
+	runMin := scaleRunTime(nHosts)
+	w.RunTimes(runMin, 2*runMin)
 	if _, err := w.Pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
 		w.Note("pg_stat_statements: %v", err)
 	}
@@ -122,7 +121,7 @@ func runScale(ctx context.Context, w *World) error {
 	// Sustained lifecycles: launches and completions over a window once
 	// full (or once the fill deadline passed) and once the first frames
 	// have had time to end.
-	if err := Sleep(ctx, time.Until(start.Add(scaleRunMin+5*time.Second))); err != nil {
+	if err := Sleep(ctx, time.Until(start.Add(runMin+5*time.Second))); err != nil {
 		return err
 	}
 	t0 := w.Fake.Totals()
@@ -184,6 +183,15 @@ func runScale(ctx context.Context, w *World) error {
 	w.Metric("CPU: PostgreSQL serving the simulator", pgLab/elapsed*100, Info, 0, "% of a core")
 	w.Note("CPU shares of the whole run (%.0f s); the Go process's own split, from a pprof of COLDFILL at 10,000 hosts: fake RQD ~6%%, lab/sim ~11%%, the rest the product", elapsed)
 	return nil
+}
+
+// scaleRunTime is the shortest frame run time (the longest is twice it):
+// 60 s per 2,000 hosts, so that at the booking rates of this 2-core box
+// frames do not end before the fill is judged (at 10,000 hosts a minute's
+// frames ended as fast as they were booked, and the farm never filled);
+// the sustained rates are read once the first frames have ended.
+func scaleRunTime(hosts int) time.Duration {
+	return time.Duration(max(1, (hosts+1999)/2000)) * time.Minute
 }
 
 // seedScale seeds the farm and returns its cores.
