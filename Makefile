@@ -9,7 +9,7 @@ VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 REVISION  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 
-.PHONY: all deps build test stress demo bench verify dashboard-check faults lint proto clean
+.PHONY: all deps build test stress demo bench verify dashboard-check scale faults lint proto clean
 
 all: build
 
@@ -60,6 +60,15 @@ verify: deps build
 # `make test` (lab/dashcheck).
 dashboard-check: deps build
 	./bin/cuesched-lab dashboard-check $(DASHCHECK_FLAGS)
+
+# Issue #28's SCALE scenario (not in `make verify`'s "all", nor in make
+# test): 10,000 hosts, 1,000,000 waiting frames, 1 scheduler, beside a
+# 1/10 farm and 2 and 3 schedulers; writes scale/report.md and report.json.
+# SCALE_FLAGS sizes it, e.g. the short version:
+#   make scale SCALE_FLAGS='--hosts 1000 --frames 50000'
+SCALE_FLAGS ?=
+scale: deps build
+	./bin/cuesched-lab sim --scenario SCALE --out scale $(SCALE_FLAGS)
 
 # The full fault and bad-input suite (lab/faults): every fault
 # randomized and repeated, the chaos run, and every bad-input case. Its fast

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -14,8 +15,9 @@ import (
 	"github.com/cuesched/cuesched/shared/config"
 )
 
-const simUsage = `usage: cuesched-lab sim [--scenario NAME[,NAME…]|all] [--seed N] [--scale F] [--hosts N]
+const simUsage = `usage: cuesched-lab sim [--scenario NAME[,NAME…]|all] [--seed N] [--scale F] [--hosts N] [--frames N]
                     [--schedulers N] [--work-split none|allocation|cluster] [--json] [--out DIR] [--no-variants] [--list]
+                    [--cpuprofile FILE]
 
 The verify battery: farm-scale scenarios that drive the real scheduler(s)
 and sidecar in-process against an embedded PostgreSQL and Redis (started in
@@ -36,7 +38,8 @@ func runSim(ctx context.Context, c *cli.Env, args []string) int {
 	scenario := fs.String("scenario", "all", "scenario name, a comma-separated list, or all")
 	seed := fs.Int64("seed", 1, "seed of farm shapes, run times and the scheduler's lottery")
 	scale := fs.Float64("scale", 1, "multiplies farm sizes and load")
-	hosts := fs.Int("hosts", 0, "host count of COLDFILL (0: 1,553 × scale)")
+	hosts := fs.Int("hosts", 0, "host count of COLDFILL (0: 1,553 × scale) and SCALE (0: 10,000 × scale)")
+	frames := fs.Int("frames", 0, "waiting frames of SCALE (0: 1,000,000 × scale)")
 	schedulers := fs.Int("schedulers", 1, "scheduler instances sharing the farm (FAILOVER runs at least 2)")
 	workSplit := fs.String("work-split", "", "scheduler.work_split of every scheduler (none, allocation, cluster; SPLIT sets its own per run)")
 	asJSON := fs.Bool("json", false, "print one JSON object per scenario run instead of the table")
@@ -44,6 +47,7 @@ func runSim(ctx context.Context, c *cli.Env, args []string) int {
 	noVariants := fs.Bool("no-variants", false, "skip the round-1 comparison runs")
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	verbose := fs.Bool("v", false, "print the components' logs")
+	cpuProfile := fs.String("cpuprofile", "", "write a pprof CPU profile of the whole run (scheduler, sidecar and fakes share the process) to this file")
 	if code, done := fs.ParseArgs(args); done {
 		return code
 	}
@@ -56,8 +60,8 @@ func runSim(ctx context.Context, c *cli.Env, args []string) int {
 		}
 		return 0
 	}
-	if *scale <= 0 || *schedulers < 1 || *hosts < 0 {
-		return fs.Fail("--scale must be > 0, --schedulers >= 1, --hosts >= 0")
+	if *scale <= 0 || *schedulers < 1 || *hosts < 0 || *frames < 0 {
+		return fs.Fail("--scale must be > 0, --schedulers >= 1, --hosts >= 0, --frames >= 0")
 	}
 	switch *workSplit {
 	case "", config.WorkSplitNone, config.WorkSplitAllocation, config.WorkSplitCluster:
@@ -66,7 +70,7 @@ func runSim(ctx context.Context, c *cli.Env, args []string) int {
 	}
 	var picked []sim.Scenario
 	if strings.EqualFold(*scenario, "all") {
-		picked = sim.Scenarios()
+		picked = sim.BatteryScenarios()
 	} else {
 		for _, n := range strings.Split(*scenario, ",") {
 			s, ok := sim.Lookup(strings.TrimSpace(n))
@@ -77,10 +81,23 @@ func runSim(ctx context.Context, c *cli.Env, args []string) int {
 			picked = append(picked, s)
 		}
 	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(c.Stderr, "%s: --cpuprofile: %v\n", name, err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(c.Stderr, "%s: --cpuprofile: %v\n", name, err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	progress := func(line string) { fmt.Fprintln(c.Stderr, line) }
-	b, err := sim.NewBattery(ctx, sim.Options{Seed: *seed, Scale: *scale, Hosts: *hosts, Schedulers: *schedulers, WorkSplit: *workSplit,
+	b, err := sim.NewBattery(ctx, sim.Options{Seed: *seed, Scale: *scale, Hosts: *hosts, Frames: *frames, Schedulers: *schedulers, WorkSplit: *workSplit,
 		NoVariants: *noVariants, Progress: progress, Verbose: *verbose})
 	if err != nil {
 		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)

@@ -24,6 +24,9 @@ type monitor struct {
 	prev     map[string]int64 // use per cap at the last cap sample
 	prevCap  map[string]int64
 	capRuns  int
+	nextScan time.Time // the proc-table checks run again from then
+	scans    int
+	scanTime time.Duration
 	hostOver int
 	capOver  int
 	negative int
@@ -33,6 +36,8 @@ type monitor struct {
 type monitorSnapshot struct {
 	hostOver, capOver, negative int
 	examples                    []string
+	scans                       int           // proc-table scans run
+	scanTime                    time.Duration // their time
 }
 
 func newMonitor(w *World) *monitor {
@@ -48,7 +53,7 @@ func (m *monitor) add(f func(ctx context.Context, t float64)) {
 func (m *monitor) snapshot() monitorSnapshot {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return monitorSnapshot{m.hostOver, m.capOver, m.negative, append([]string(nil), m.examples...)}
+	return monitorSnapshot{m.hostOver, m.capOver, m.negative, append([]string(nil), m.examples...), m.scans, m.scanTime}
 }
 
 func (m *monitor) example(format string, args ...any) {
@@ -171,15 +176,53 @@ func (m *monitor) seatUse(ctx context.Context) ([]capUse, error) {
 	return out, nil
 }
 
+// scanDuty bounds the share of the time the monitor's proc-table checks
+// take: after a scan that took d, the next starts no sooner than
+// d*scanDuty later (and no sooner than the next tick). At the battery's
+// sizes a scan takes milliseconds and runs every tick as before; at 10,000
+// hosts it runs every second or two instead of keeping a PostgreSQL core
+// busy. What a sample proves is unchanged (a use past its cap that grew
+// since the previous sample; a host's procs past its resources), and the
+// fake RQD checks every launch against its host's cores and GPUs
+// (fakerqd.Config.Capacity), so an over-booked render node is seen
+// whatever the sampling rate.
+const scanDuty = 10
+
 func (m *monitor) sample(ctx context.Context, at float64, slow bool) {
 	w := m.w
-	var total, booked int64
-	if err := w.Pool.QueryRow(ctx, `SELECT COALESCE(sum(int_cores),0)::bigint,
-		COALESCE((SELECT sum(int_cores_reserved) FROM proc),0)::bigint FROM host`).Scan(&total, &booked); err == nil && total > 0 {
+	if w.scale {
 		w.mu.Lock()
-		w.fill = append(w.fill, Point{T: at, Fill: float64(booked) / float64(total)})
+		w.fill = append(w.fill, Point{T: at, Fill: w.LaunchedFill()})
 		w.mu.Unlock()
+	} else {
+		var total, booked int64
+		if err := w.Pool.QueryRow(ctx, `SELECT COALESCE(sum(int_cores),0)::bigint,
+		COALESCE((SELECT sum(int_cores_reserved) FROM proc),0)::bigint FROM host`).Scan(&total, &booked); err == nil && total > 0 {
+			w.mu.Lock()
+			w.fill = append(w.fill, Point{T: at, Fill: float64(booked) / float64(total)})
+			w.mu.Unlock()
+		}
 	}
+	if slow {
+		m.negatives(ctx, at)
+	}
+	if time.Now().Before(m.nextScan) {
+		return
+	}
+	began := time.Now()
+	m.scanProcs(ctx, at)
+	took := time.Since(began)
+	m.mu.Lock()
+	m.scans++
+	m.scanTime += took
+	m.mu.Unlock()
+	m.nextScan = began.Add(took * scanDuty)
+}
+
+// scanProcs runs the checks that read the whole proc table: hosts past
+// their resources and uses past their caps.
+func (m *monitor) scanProcs(ctx context.Context, at float64) {
+	w := m.w
 	rows, err := w.Pool.Query(ctx, `SELECT h.str_name FROM proc p JOIN host h ON h.pk_host = p.pk_host
 		GROUP BY h.pk_host, h.str_name HAVING sum(p.int_cores_reserved) > max(h.int_cores) OR sum(p.int_mem_reserved) > max(h.int_mem)
 		    OR sum(p.int_gpus_reserved) > max(h.int_gpus)`)
@@ -241,9 +284,6 @@ func (m *monitor) sample(ctx context.Context, at float64, slow bool) {
 		m.mu.Lock()
 		m.prev, m.prevCap = seen, caps
 		m.mu.Unlock()
-	}
-	if slow {
-		m.negatives(ctx, at)
 	}
 }
 

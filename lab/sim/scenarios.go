@@ -56,6 +56,8 @@ func Scenarios() []Scenario {
 			Variants: []Variant{noReservations, resvFailover}, Run: runReservations},
 		{Name: "LOCALITY", Description: "sustained feed of several multi-frame layers on a busy farm: share of frames placed on a host that last ran the same layer >= 25%.",
 			Variants: []Variant{noLocality}, Run: runLocality},
+		{Name: "SCALE", Description: "issue #28's farm (--hosts, default 10,000 hosts, ~400k cores, some GPUs; 3 allocations, 60 shows, 600 jobs; --frames, default 1,000,000 waiting), seeded in bulk: cold fill to 95% <= 60 s, process RSS <= 1 GiB, per-frame DB cost within 1.2x of a 1/10 farm's; lifecycles/s, statements/rows/buffer hits per frame, job/layer query time, WAL lag p99, races lost, CPU of product and simulator; beside the 1/10 farm and 2 and 3 schedulers. Run by name only (make scale).",
+			Explicit: true, Variants: []Variant{scaleBaseline, scaleTwo, scaleThree}, Run: runScale, Compare: compareScale},
 		{Name: "MIGRATE", Description: "legacy-dispatched and managed shows on one farm, flipped each way mid-run: no host over-booked, nothing launched twice, no orphan proc older than 30 s.",
 			Run: runMigrate},
 	}
@@ -875,18 +877,27 @@ func runColdFill(ctx context.Context, w *World) error {
 		return err
 	}
 	w.Note("%d hosts, %d cores, %d jobs", n, cores, len(specs))
+	// Measured as a farm of this size runs: the product's own intervals,
+	// the fill read from the fake render nodes' counters (cores of frames
+	// running there), not a scan of the proc table 20 times a second.
+	w.ScaleMode()
 	if err := w.Start(ctx, 0); err != nil {
 		return err
 	}
 	start := time.Now()
-	ok := w.WaitFor(ctx, 5*time.Minute, func() bool { return w.fillNow(ctx) >= 0.95 })
+	ok := w.WaitFor(ctx, 5*time.Minute, func() bool { return w.LaunchedFill() >= 0.95 })
 	secs := time.Since(start).Seconds()
 	if !ok {
-		w.Note("95%% not reached in 5 minutes (%.0f%%)", w.fillNow(ctx)*100)
+		w.Note("95%% not reached in 5 minutes (%.0f%%)", w.LaunchedFill()*100)
 		secs = 300
 	}
-	started := w.Int(ctx, `SELECT count(*) FROM proc`)
-	w.Metric("seconds to 95% of cores booked", secs, AtMost, 40, "s")
+	started := w.Fake.Totals().Launched
+	// 40 s at the battery's 1,553 hosts; issue #28 asks 60 s at 10,000.
+	limit := 40.0
+	if n > 1553 {
+		limit = 60
+	}
+	w.Metric("seconds to 95% of cores running", secs, AtMost, limit, "s")
 	w.Metric("frames started per second", float64(started)/secs, Info, 0, "")
 	w.Metric("cores", float64(cores), Info, 0, "")
 	return nil

@@ -39,6 +39,8 @@ type Options struct {
 	// Hosts overrides the host count of the scenarios that take one
 	// (COLDFILL); 0 keeps the scenario's.
 	Hosts int
+	// Frames overrides SCALE's waiting frames (0: 1,000,000 × Scale).
+	Frames int
 	// Schedulers is how many scheduler instances share the farm (default
 	// 1; FAILOVER always runs at least two).
 	Schedulers int
@@ -162,6 +164,11 @@ type Scenario struct {
 	Description string
 	// Fast scenarios take seconds and run inside `make test`.
 	Fast bool
+	// Explicit scenarios run only when named (not in "all"): SCALE.
+	Explicit bool
+	// Compare, when set, adds to the default run's result what the runs
+	// say together (SCALE: per-frame cost against the 1/10 farm).
+	Compare func([]Result)
 	// NotBuilt names the open issue whose capability the scenario needs;
 	// the scenario is then reported as FAIL with that note, never skipped.
 	NotBuilt string
@@ -176,6 +183,17 @@ func Names() []string {
 	var out []string
 	for _, s := range Scenarios() {
 		out = append(out, s.Name)
+	}
+	return out
+}
+
+// Battery lists the scenarios "all" runs (every one but the explicit).
+func BatteryScenarios() []Scenario {
+	var out []Scenario
+	for _, s := range Scenarios() {
+		if !s.Explicit {
+			out = append(out, s)
+		}
 	}
 	return out
 }
@@ -226,6 +244,14 @@ func (b *Battery) Run(ctx context.Context, s Scenario) []Result {
 	if !b.opts.NoVariants {
 		for _, v := range s.Variants {
 			out = append(out, b.runOne(ctx, s, v))
+		}
+	}
+	if s.Compare != nil {
+		s.Compare(out)
+		out[0].Pass = out[0].Error == "" && len(out[0].Metrics) > 0
+		for i := range out[0].Metrics {
+			out[0].Metrics[i].judge()
+			out[0].Pass = out[0].Pass && out[0].Metrics[i].Pass
 		}
 	}
 	return out

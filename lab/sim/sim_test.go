@@ -52,6 +52,18 @@ func TestBatteryNames(t *testing.T) {
 	if _, ok := sim.Lookup("priority"); !ok {
 		t.Error("Lookup is not case-insensitive")
 	}
+	// SCALE runs by name only (make scale), never in "all".
+	if s, ok := sim.Lookup("SCALE"); !ok || !s.Explicit || s.Fast {
+		t.Errorf("SCALE: found %v, explicit %v, fast %v", ok, s.Explicit, s.Fast)
+	}
+	for _, s := range sim.BatteryScenarios() {
+		if s.Explicit {
+			t.Errorf("%s is explicit but in the battery", s.Name)
+		}
+	}
+	if len(sim.BatteryScenarios()) != len(sim.Scenarios())-1 {
+		t.Errorf("the battery has %d of %d scenarios", len(sim.BatteryScenarios()), len(sim.Scenarios()))
+	}
 }
 
 // The fast subset of the battery: the real scheduler and sidecar against

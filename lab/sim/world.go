@@ -89,6 +89,12 @@ type World struct {
 	Fake *fakerqd.Server
 	Emu  *cuebotemu.Emulator
 
+	// scale is set by the scale scenarios (ScaleMode): product intervals,
+	// a bounded fake RQD history, the fill read from the fake's counters.
+	scale     bool
+	hostCap   map[string][2]int32 // host name -> centicores, GPUs (read at Start)
+	farmCores int64               // centicores of every host at Start
+
 	cancel  context.CancelFunc
 	runCtx  context.Context // the load's context (Start to stop)
 	wg      sync.WaitGroup  // the sidecar
@@ -281,10 +287,20 @@ func (w *World) Note(format string, args ...any) {
 	w.notes = append(w.notes, fmt.Sprintf(format, args...))
 }
 
+// ScaleMode makes the world measure the product at scale rather than
+// check it closely at small sizes: the scheduler runs with the product's
+// own recompute and cluster reload intervals (not the sim's 15 s and 2 s),
+// the fake RQD keeps only its latest launches, and LaunchedFill reads the
+// fake's counters. Call it before Start.
+func (w *World) ScaleMode() { w.scale = true }
+
 func (w *World) config() config.Config {
 	cfg := config.Default()
 	cfg.Database.URL = w.DBURL
 	cfg.Accounting.RedisURL = w.env.redis.URL(0)
+	if w.scale {
+		return w.configScale(cfg)
+	}
 	cfg.Accounting.RecomputeInterval = config.Duration(15 * time.Second)
 	cfg.Accounting.LimitReseedInterval = config.Duration(5 * time.Second)
 	cfg.Accounting.LeaderPollInterval = config.Duration(200 * time.Millisecond)
@@ -303,6 +319,20 @@ func (w *World) config() config.Config {
 	cfg.Queue.WaitingStatsInterval = 0
 	cfg.Metrics.Listen = ""
 	cfg.Scheduler.Facility = "sim"
+	return w.finishConfig(cfg)
+}
+
+// configScale is the product's configuration, with only what the embedded
+// farm needs (no metrics listener, the sim facility, the seed's lottery).
+func (w *World) configScale(cfg config.Config) config.Config {
+	cfg.Queue.LotterySeed = w.Opts.Seed
+	cfg.Queue.WaitingStatsInterval = 0
+	cfg.Metrics.Listen = ""
+	cfg.Scheduler.Facility = "sim"
+	return w.finishConfig(cfg)
+}
+
+func (w *World) finishConfig(cfg config.Config) config.Config {
 	if w.Opts.WorkSplit != "" {
 		cfg.Scheduler.WorkSplit = w.Opts.WorkSplit
 	}
@@ -315,6 +345,46 @@ func (w *World) config() config.Config {
 	return cfg
 }
 
+// loadCapacity reads every host's cores and GPUs, for the fake RQD's
+// per-launch over-booking check and the fill's denominator.
+func (w *World) loadCapacity(ctx context.Context) error {
+	rows, err := w.Pool.Query(ctx, `SELECT str_name, int_cores, int_gpus FROM host`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	w.hostCap = map[string][2]int32{}
+	w.farmCores = 0
+	for rows.Next() {
+		var name string
+		var cores, gpus int32
+		if err := rows.Scan(&name, &cores, &gpus); err != nil {
+			return err
+		}
+		w.hostCap[name] = [2]int32{cores, gpus}
+		w.farmCores += int64(cores)
+	}
+	return rows.Err()
+}
+
+// capacity is the fake RQD's Config.Capacity: the host's cores and GPUs
+// as seeded (hosts added after Start are not checked there).
+func (w *World) capacity(host string) (int32, int32, bool) {
+	c, ok := w.hostCap[host]
+	return c[0], c[1], ok
+}
+
+// LaunchedFill is the cores of the frames running on the fake render nodes
+// ÷ the farm's cores at Start, read from the fake's counters in O(1): what
+// the render nodes run, not what PostgreSQL has booked (a proc whose
+// launch is still in flight does not count).
+func (w *World) LaunchedFill() float64 {
+	if w.Fake == nil || w.farmCores <= 0 {
+		return 0
+	}
+	return float64(w.Fake.Totals().Centicores) / float64(w.farmCores)
+}
+
 // Start starts the fake RQD, the emulator, the sidecar, n scheduler
 // instances (Options.Schedulers when n is 0) and the monitor.
 func (w *World) Start(ctx context.Context, n int) error {
@@ -324,11 +394,19 @@ func (w *World) Start(ctx context.Context, n int) error {
 	rctx, cancel := context.WithCancel(ctx)
 	w.cancel, w.runCtx = cancel, rctx
 	w.Emu = cuebotemu.New(w.Pool, w.log.Named("cuebot"))
-	var err error
-	w.Fake, err = fakerqd.Start(fakerqd.Config{
+	if err := w.loadCapacity(ctx); err != nil {
+		return err
+	}
+	fc := fakerqd.Config{
 		Default:    fakerqd.Behavior{RunTimeFunc: w.runTimeOf},
 		OnComplete: w.complete(rctx),
-	})
+		Capacity:   w.capacity,
+	}
+	if w.scale {
+		fc.HistoryLimit = 10000
+	}
+	var err error
+	w.Fake, err = fakerqd.Start(fc)
 	if err != nil {
 		return err
 	}
@@ -569,7 +647,16 @@ func (w *World) checkInvariants(ctx context.Context) {
 		return
 	}
 	w.Metric("frames launched twice", float64(len(w.Fake.DoubleLaunches())), Equal, 0, "")
+	over, overs := w.Fake.Overbooked()
+	w.Metric("launches past a host's cores/GPUs (fake RQD, every launch)", float64(over), Equal, 0, "")
+	for _, o := range overs {
+		w.Note("violation: frame %s took host %s to %d/%d centicores, %d/%d GPUs", o.FrameID, o.Host,
+			o.Centicores, o.CapCenticores, o.GPUs, o.CapGPUs)
+	}
 	m := w.mon.snapshot()
+	if w.scale {
+		w.Note("monitor: %d proc-table scans taking %.1f s in all", m.scans, m.scanTime.Seconds())
+	}
 	w.Metric("host over cores/mem/GPUs (samples)", float64(m.hostOver), Equal, 0, "")
 	w.Metric("bookings past a cap (samples)", float64(m.capOver), Equal, 0, "")
 	w.Metric("negative Redis counters (samples)", float64(m.negative), Equal, 0, "")

@@ -190,14 +190,40 @@ type Config struct {
 	// NoHistory keeps Launches and Completions empty, for a long-running
 	// fake whose history would only grow (DoubleLaunches still works).
 	NoHistory bool
+	// HistoryLimit, when positive, keeps only the latest HistoryLimit
+	// launches and completions (0: all of them, unless NoHistory).
+	HistoryLimit int
+	// Capacity, when set, gives a host's cores (centicores) and GPUs, for
+	// the over-booking check of every launch (Overbooked). It does not
+	// refuse anything (Behavior.Cores does that); ok false skips the host.
+	Capacity func(host string) (centicores, gpus int32, ok bool)
+}
+
+// Totals are what the fake's frames hold across the farm right now, kept
+// as frames start and end (no walk of the running frames).
+type Totals struct {
+	Frames     int
+	Centicores int64
+	GPUs       int64
+	// Launched and Ended count the frames started and ended since Start.
+	Launched, Ended int64
+}
+
+// Overbooking is a launch that took its host past the cores or GPUs that
+// Config.Capacity gives.
+type Overbooking struct {
+	Host, FrameID             string
+	At                        time.Time
+	Centicores, CapCenticores int32
+	GPUs, CapGPUs             int32
 }
 
 // Launch records one LaunchFrame call.
 type Launch struct {
 	// Host the call was for; empty if it could not be determined.
 	Host string
-	// RunFrame is a copy of the request's frame (nil if the request had
-	// none). Do not modify it.
+	// RunFrame is the request's frame (nil if the request had none),
+	// shared with the running frame. Do not modify it.
 	RunFrame *rqdpb.RunFrame
 	At       time.Time
 	// Code is the status code the client was sent (codes.OK on success;
@@ -241,7 +267,8 @@ type frameKey struct{ host, frameID string }
 type hostFrames struct {
 	frames map[string]*runningFrame // by frame id
 	cores  int32                    // centicores booked
-	memKB  int64                    // resident memory reported
+	gpus   int32
+	memKB  int64 // resident memory reported
 }
 
 // memUse is what a frame counts against its host's free memory.
@@ -255,7 +282,8 @@ type runningFrame struct {
 	maxRSS     int64
 	exitStatus int32
 	exitSignal int32
-	timer      *time.Timer
+	due        time.Time // started + runTime
+	slot       int       // index in Server.ends, -1 when not there
 }
 
 // Server is the fake RQD. Create it with Start and release it with Stop.
@@ -265,8 +293,13 @@ type Server struct {
 	onComplete func(FrameCompletion)
 	onLaunch   func(Launch)
 	noHistory  bool
+	histLimit  int
+	capacity   func(string) (int32, int32, bool)
 	bootTime   time.Time
 	serveErr   chan error
+	wake       chan struct{} // the ender re-arms its timer
+	quit       chan struct{} // closed by Stop
+	enderDone  chan struct{}
 
 	mu          sync.Mutex
 	def         Behavior
@@ -277,6 +310,10 @@ type Server struct {
 	doubles     map[string]struct{}    // see DoubleLaunches
 	launches    []Launch
 	completions []FrameCompletion
+	ends        ends // running frames by end time (timers.go)
+	totals      Totals
+	overbooked  []Overbooking // the first few (see Overbooked)
+	overCount   int
 	stopped     bool
 	callbacks   sync.WaitGroup // OnComplete calls in flight
 }
@@ -297,8 +334,13 @@ func Start(cfg Config) (*Server, error) {
 		onComplete: cfg.OnComplete,
 		onLaunch:   cfg.OnLaunch,
 		noHistory:  cfg.NoHistory,
+		histLimit:  cfg.HistoryLimit,
+		capacity:   cfg.Capacity,
 		bootTime:   time.Now(),
 		serveErr:   make(chan error, 1),
+		wake:       make(chan struct{}, 1),
+		quit:       make(chan struct{}),
+		enderDone:  make(chan struct{}),
 		def:        cfg.Default,
 		hosts:      make(map[string]Behavior, len(cfg.Hosts)),
 		running:    make(map[frameKey]*runningFrame),
@@ -325,6 +367,7 @@ func Start(cfg Config) (*Server, error) {
 	s.grpc = grpc.NewServer(sopts...)
 	rqdpb.RegisterRqdInterfaceServer(s.grpc, &service{s: s})
 	go func() { s.serveErr <- s.grpc.Serve(lis) }()
+	go s.ender()
 	return s, nil
 }
 
@@ -401,6 +444,32 @@ func (s *Server) Running(host string) []*rqdpb.RunFrame {
 	return rfs
 }
 
+// Totals returns what the running frames hold across the farm, in O(1).
+func (s *Server) Totals() Totals {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.totals
+}
+
+// Overbooked returns how many launches took their host past the cores or
+// GPUs Config.Capacity gives, and the first few of them.
+func (s *Server) Overbooked() (int, []Overbooking) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.overCount, append([]Overbooking(nil), s.overbooked...)
+}
+
+// appendBounded appends v, keeping at most limit elements (the latest) when
+// limit is positive.
+func appendBounded[T any](xs []T, v T, limit int) []T {
+	xs = append(xs, v)
+	if limit > 0 && len(xs) > 2*limit {
+		// Drop the oldest half at once: amortized O(1) per append.
+		xs = append(xs[:0:0], xs[len(xs)-limit:]...)
+	}
+	return xs
+}
+
 // RunningCount is the number of frames running on all hosts.
 func (s *Server) RunningCount() int {
 	s.mu.Lock()
@@ -450,10 +519,12 @@ func (s *Server) Stop() {
 	}
 	s.stopped = true
 	for k, f := range s.running {
-		f.timer.Stop()
+		s.unschedule(f)
 		s.remove(k)
 	}
 	s.mu.Unlock()
+	close(s.quit)
+	<-s.enderDone
 
 	done := make(chan struct{})
 	go func() {
@@ -510,7 +581,7 @@ func (s *Server) finish(f *runningFrame, killed bool, killMessage string) {
 		return
 	}
 	s.remove(key)
-	f.timer.Stop()
+	s.unschedule(f)
 
 	c := FrameCompletion{
 		Host:       f.host,
@@ -544,7 +615,7 @@ func (s *Server) finish(f *runningFrame, killed bool, killMessage string) {
 		RunTime:    int32(math.Round(c.RunTime.Seconds())),
 	}
 	if !s.noHistory {
-		s.completions = append(s.completions, c)
+		s.completions = appendBounded(s.completions, c, s.histLimit)
 	}
 	if s.onComplete == nil {
 		s.mu.Unlock()
@@ -573,7 +644,21 @@ func (s *Server) add(key frameKey, f *runningFrame) {
 	}
 	h.frames[key.frameID] = f
 	h.cores += f.rf.GetNumCores()
+	h.gpus += f.rf.GetNumGpus()
 	h.memKB += f.memUse()
+	s.totals.Frames++
+	s.totals.Launched++
+	s.totals.Centicores += int64(f.rf.GetNumCores())
+	s.totals.GPUs += int64(f.rf.GetNumGpus())
+	if s.capacity != nil {
+		if cc, gpus, ok := s.capacity(key.host); ok && (h.cores > cc || h.gpus > gpus) {
+			s.overCount++
+			if len(s.overbooked) < 8 {
+				s.overbooked = append(s.overbooked, Overbooking{Host: key.host, FrameID: key.frameID, At: f.started,
+					Centicores: h.cores, CapCenticores: cc, GPUs: h.gpus, CapGPUs: gpus})
+			}
+		}
+	}
 }
 
 // remove unregisters a frame that ended. Callers hold s.mu.
@@ -582,7 +667,12 @@ func (s *Server) remove(key frameKey) {
 		h := s.onHost[key.host]
 		delete(h.frames, key.frameID)
 		h.cores -= f.rf.GetNumCores()
+		h.gpus -= f.rf.GetNumGpus()
 		h.memKB -= f.memUse()
+		s.totals.Frames--
+		s.totals.Ended++
+		s.totals.Centicores -= int64(f.rf.GetNumCores())
+		s.totals.GPUs -= int64(f.rf.GetNumGpus())
 		if len(h.frames) == 0 {
 			delete(s.onHost, key.host)
 		}

@@ -12,7 +12,6 @@ import (
 	encproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/cuesched/cuesched/proto/reportpb"
 	"github.com/cuesched/cuesched/proto/rqdpb"
@@ -58,10 +57,9 @@ func (svc *service) call(ctx context.Context) (string, Behavior, error) {
 func (svc *service) LaunchFrame(ctx context.Context, req *rqdpb.RqdStaticLaunchFrameRequest) (*rqdpb.RqdStaticLaunchFrameResponse, error) {
 	s := svc.s
 	at := time.Now()
-	var rf *rqdpb.RunFrame
-	if req.GetRunFrame() != nil {
-		rf = proto.Clone(req.GetRunFrame()).(*rqdpb.RunFrame)
-	}
+	// gRPC decodes a new request for every call and never touches it once
+	// the handler returned: the fake keeps the request's frame, no copy.
+	rf := req.GetRunFrame()
 	host, b, err := svc.call(ctx)
 	if err != nil {
 		s.record(Launch{RunFrame: rf, At: at, Code: status.Code(err)})
@@ -110,7 +108,7 @@ func (s *Server) launch(host string, b Behavior, rf *rqdpb.RunFrame, at time.Tim
 			}
 		default:
 			s.add(key, f)
-			f.timer = time.AfterFunc(f.runTime, func() { s.finish(f, false, "") })
+			s.schedule(f)
 		}
 	}
 	code := status.Code(reply)
@@ -121,7 +119,7 @@ func (s *Server) launch(host string, b Behavior, rf *rqdpb.RunFrame, at time.Tim
 	if !s.noHistory {
 		// Recorded under the lock that started the frame, so the launch
 		// is in the history before its completion can be.
-		s.launches = append(s.launches, l)
+		s.launches = appendBounded(s.launches, l, s.histLimit)
 	}
 	return l, reply
 }
@@ -152,7 +150,7 @@ func decide(host string, b Behavior, rf *rqdpb.RunFrame) (reply error, start boo
 func (s *Server) record(l Launch) {
 	s.mu.Lock()
 	if !s.noHistory {
-		s.launches = append(s.launches, l)
+		s.launches = appendBounded(s.launches, l, s.histLimit)
 	}
 	s.mu.Unlock()
 	if s.onLaunch != nil {
@@ -180,7 +178,7 @@ func validate(rf *rqdpb.RunFrame) error {
 // newFrame decides how a started frame will end. A frame started by a host
 // that returned an error (StartDespiteError) always succeeds.
 func newFrame(host string, rf *rqdpb.RunFrame, b Behavior, despiteError bool, at time.Time) *runningFrame {
-	f := &runningFrame{host: host, rf: rf, started: at, runTime: b.RunTime}
+	f := &runningFrame{host: host, rf: rf, started: at, runTime: b.RunTime, slot: -1}
 	if b.RunTimeFunc != nil {
 		f.runTime = b.RunTimeFunc(rf)
 	}

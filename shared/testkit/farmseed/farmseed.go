@@ -695,3 +695,77 @@ func (s *Seeder) Proc(ctx context.Context, p ProcSpec) (string, error) {
 	}
 	return id, nil
 }
+
+// Hosts inserts many hosts as Host does (host, host_stat, the ALLOC and
+// HOSTNAME tags plus any extra tags), in one statement per 5,000 hosts:
+// a farm of 10,000 hosts seeds in seconds, not in 10,000 round trips.
+func (s *Seeder) Hosts(ctx context.Context, specs ...HostSpec) ([]string, error) {
+	ids := make([]string, 0, len(specs))
+	for len(specs) > 0 {
+		n := min(len(specs), 5000)
+		batch, err := s.hostBatch(ctx, specs[:n])
+		ids = append(ids, batch...)
+		if err != nil {
+			return ids, err
+		}
+		specs = specs[n:]
+	}
+	return ids, nil
+}
+
+func (s *Seeder) hostBatch(ctx context.Context, specs []HostSpec) ([]string, error) {
+	var c struct {
+		id, alloc, name, lock, tags, fqdn, state, os []string
+		cores, procs, gpus, mode                     []int32
+		mem, gpuMem                                  []int64
+		tagID, tagHost, tagName, tagType             []string
+	}
+	for _, h := range specs {
+		id := newID()
+		if h.OS == "" {
+			h.OS = "linux"
+		}
+		if h.LockState == "" {
+			h.LockState = "OPEN"
+		}
+		if h.State == "" {
+			h.State = "UP"
+		}
+		if h.MemKB == 0 {
+			h.MemKB = 64 * GB
+		}
+		var names []string
+		for _, t := range append([]HostTag{{h.AllocTag, "ALLOC"}, {h.Name, "HOSTNAME"}}, h.Tags...) {
+			if t.Name != "" {
+				names = append(names, t.Name)
+				c.tagID, c.tagHost, c.tagName, c.tagType = append(c.tagID, newID()), append(c.tagHost, id), append(c.tagName, t.Name), append(c.tagType, t.Type)
+			}
+		}
+		c.id, c.alloc, c.name, c.lock = append(c.id, id), append(c.alloc, h.Alloc), append(c.name, h.Name), append(c.lock, h.LockState)
+		c.tags, c.fqdn, c.state, c.os = append(c.tags, strings.Join(names, " ")), append(c.fqdn, h.Name+".farm"), append(c.state, h.State), append(c.os, h.OS)
+		c.cores, c.procs, c.gpus, c.mode = append(c.cores, int32(h.Cores*100)), append(c.procs, int32(h.Cores)), append(c.gpus, int32(h.GPUs)), append(c.mode, int32(h.ThreadMode))
+		c.mem, c.gpuMem = append(c.mem, h.MemKB), append(c.gpuMem, h.GPUMemKB)
+	}
+	_, err := s.DB.Exec(ctx, `WITH h AS (
+		INSERT INTO host (pk_host, pk_alloc, str_name, str_lock_state, int_cores, int_procs,
+			int_cores_idle, int_mem, int_mem_idle, int_gpus, int_gpus_idle, int_gpu_mem, int_gpu_mem_idle,
+			int_thread_mode, str_tags, str_fqdn)
+		SELECT id, alloc, name, lock, cores, procs, cores, mem, mem, gpus, gpus, gmem, gmem, mode, tags, fqdn
+		  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::int[], $7::bigint[], $8::int[],
+		              $9::bigint[], $10::int[], $11::text[], $12::text[])
+		       AS u(id, alloc, name, lock, cores, procs, mem, gpus, gmem, mode, tags, fqdn)
+		RETURNING pk_host, int_mem, int_gpu_mem
+	), hs AS (
+		INSERT INTO host_stat (pk_host_stat, pk_host, int_mem_total, int_mem_free,
+			int_gpu_mem_total, int_gpu_mem_free, str_state, str_os, ts_ping)
+		SELECT h.pk_host, h.pk_host, h.int_mem, h.int_mem, h.int_gpu_mem, h.int_gpu_mem, u.state, u.os, now()
+		  FROM h JOIN unnest($1::text[], $13::text[], $14::text[]) AS u(id, state, os) ON u.id = h.pk_host
+	)
+	INSERT INTO host_tag (pk_host_tag, pk_host, str_tag, str_tag_type, b_constant)
+	SELECT t.id, t.host, t.tag, t.typ, t.typ = 'ALLOC'
+	  FROM unnest($15::text[], $16::text[], $17::text[], $18::text[]) AS t(id, host, tag, typ)
+	 WHERE EXISTS (SELECT 1 FROM h WHERE h.pk_host = t.host)`,
+		c.id, c.alloc, c.name, c.lock, c.cores, c.procs, c.mem, c.gpus, c.gpuMem, c.mode, c.tags, c.fqdn,
+		c.state, c.os, c.tagID, c.tagHost, c.tagName, c.tagType)
+	return c.id, wrap(fmt.Sprintf("%d hosts", len(specs)), err)
+}

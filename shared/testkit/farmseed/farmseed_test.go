@@ -268,3 +268,47 @@ func TestCapsAsCuebotReadsThem(t *testing.T) {
 		}
 	}
 }
+
+// TestHostsWritesWhatHostWrites: the bulk insert gives every host the rows
+// Host gives one.
+func TestHostsWritesWhatHostWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, s, fac := newTestSeeder(t)
+	alloc, err := s.Alloc(ctx, fac, "fac.gpu", "gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := func(name string) HostSpec {
+		return HostSpec{Name: name, Alloc: alloc, AllocTag: "gpu", Cores: 16, MemKB: 96 * GB, GPUs: 2, GPUMemKB: 24 * GB,
+			Tags: []HostTag{{"cuda", "HARDWARE"}}}
+	}
+	if _, err := s.Host(ctx, spec("one")); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := s.Hosts(ctx, spec("bulk1"), spec("bulk2"))
+	if err != nil || len(ids) != 2 {
+		t.Fatalf("Hosts: %v %v", ids, err)
+	}
+	row := func(name string) string {
+		var out string
+		if err := pool.QueryRow(ctx, `SELECT concat_ws(',', h.int_cores, h.int_procs, h.int_cores_idle, h.int_mem, h.int_mem_idle,
+			h.int_gpus, h.int_gpus_idle, h.int_gpu_mem_idle, h.str_lock_state, replace(h.str_tags, h.str_name, 'NAME'),
+			s.int_mem_free, s.int_gpu_mem_free, s.str_state, s.str_os,
+			(SELECT string_agg(replace(str_tag, h.str_name, 'NAME') || ':' || str_tag_type || ':' || b_constant, ' ' ORDER BY str_tag_type, str_tag)
+			   FROM host_tag WHERE pk_host = h.pk_host))
+			FROM host h JOIN host_stat s ON s.pk_host = h.pk_host AND s.pk_host_stat = h.pk_host WHERE h.str_name = $1`, name).Scan(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	want := row("one")
+	for _, n := range []string{"bulk1", "bulk2"} {
+		if got := row(n); got != want {
+			t.Fatalf("%s: %s\nHost wrote:  %s", n, got, want)
+		}
+	}
+	if _, err := s.Hosts(ctx, spec("bulk1")); err == nil || !strings.Contains(err.Error(), "1 hosts") {
+		t.Fatalf("a duplicate host name: %v", err)
+	}
+}

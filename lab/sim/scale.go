@@ -1,0 +1,570 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+)
+
+// SCALE (issue #28): a farm of Options.Hosts hosts (default 10,000, about
+// 400k cores, a tenth of them GPU hosts) in 3 allocations, 60 shows
+// subscribed to all three, 600 jobs and Options.Frames waiting frames
+// (default 1,000,000), seeded in bulk (farmseed.Hosts, the frames in COPYs);
+// then Options.Schedulers instances fill it cold and keep it full. It
+// reports what issue #28 asks, beside the same run on a tenth of the farm
+// (the per-frame database cost must stay within 1.2x of it) and at 2 and 3
+// instances.
+//
+// The figures of the product and of the simulator are kept apart:
+// PostgreSQL statements are counted per role (the simulator's pool - the
+// Cuebot emulator, the monitor, the audit - logs in as scaleLabRole, the
+// schedulers and the sidecar as the database owner), PostgreSQL CPU per
+// backend's application_name, and the Go process's CPU (schedulers, sidecar
+// and fakes share it) is reported whole beside them.
+
+const (
+	scaleHosts   = 10000
+	scaleFrames  = 1_000_000
+	scaleShows   = 60
+	scaleJobs    = 600
+	scaleLabRole = "cuesched_lab"
+	// scaleSustain is how long the full farm is watched for lifecycles/s.
+	scaleSustain = 30 * time.Second
+	// scaleFillLimit is the cold fill's deadline (the goal is 60 s).
+	scaleFillLimit = 5 * time.Minute
+)
+
+var (
+	scaleBaseline = Variant{Name: "tenth farm"}
+	scaleTwo      = Variant{Name: "2 schedulers"}
+	scaleThree    = Variant{Name: "3 schedulers"}
+)
+
+// scaleSize is the farm of one SCALE run.
+func (w *World) scaleSize() (hosts, frames, schedulers int) {
+	hosts, frames = w.Opts.Hosts, w.Opts.Frames
+	if hosts <= 0 {
+		hosts = w.Opts.scale(scaleHosts)
+	}
+	if frames <= 0 {
+		frames = w.Opts.scale(scaleFrames)
+	}
+	schedulers = max(w.Opts.Schedulers, 1)
+	switch w.Variant.Name {
+	case scaleBaseline.Name:
+		hosts, frames = max(hosts/10, 10), max(frames/10, 1000)
+	case scaleTwo.Name:
+		schedulers = 2
+	case scaleThree.Name:
+		schedulers = 3
+	}
+	return hosts, frames, schedulers
+}
+
+func runScale(ctx context.Context, w *World) error {
+	nHosts, nFrames, nScheds := w.scaleSize()
+	seedStart := time.Now()
+	cores, err := w.seedScale(ctx, nHosts, nFrames)
+	if err != nil {
+		return err
+	}
+	seedSecs := time.Since(seedStart).Seconds()
+	w.Note("%d hosts, %d cores, 3 allocations, %d shows, %d jobs, %d waiting frames, %d scheduler(s); seeded in %.0f s",
+		nHosts, cores, scaleShows, scaleJobs, nFrames, nScheds, seedSecs)
+	w.Metric("seconds to seed", seedSecs, Info, 0, "s")
+
+	// The simulator's own connections log in as another role, so that
+	// pg_stat_statements tells its statements from the product's.
+	if err := w.labRole(ctx); err != nil {
+		return err
+	}
+	w.ScaleMode()
+	// Run times long beside a good fill, so the cold fill measures
+	// booking; once full, frames end and are replaced at about
+	// running frames / 90 s per second.
+	runMin := scaleRunTime(nHosts)
+	w.RunTimes(runMin, 2*runMin)
+	if _, err := w.Pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		w.Note("pg_stat_statements: %v", err)
+	}
+	if _, err := w.Pool.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
+		w.Note("pg_stat_statements_reset: %v", err)
+	}
+	cpu0 := processCPU()
+	heap0 := heapInUse()
+	if err := w.Start(ctx, nScheds); err != nil {
+		return err
+	}
+	start := time.Now()
+	samples := &scaleSamples{}
+	w.Sample(func(ctx context.Context, t float64) { samples.take(ctx, w) })
+
+	full := w.WaitFor(ctx, scaleFillLimit, func() bool { return w.LaunchedFill() >= 0.95 })
+	fillSecs := time.Since(start).Seconds()
+	if !full {
+		w.Note("95%% not reached in %s (%.0f%%)", scaleFillLimit, w.LaunchedFill()*100)
+	}
+	heapFull := heapInUse()
+	filled := w.Fake.Totals()
+	// Sustained lifecycles: launches and completions over a window once
+	// full (or once the fill deadline passed) and once the first frames
+	// have had time to end.
+	if err := Sleep(ctx, time.Until(start.Add(runMin+5*time.Second))); err != nil {
+		return err
+	}
+	t0 := w.Fake.Totals()
+	if err := Sleep(ctx, scaleSustain); err != nil {
+		return err
+	}
+	t1 := w.Fake.Totals()
+	cpu1 := processCPU()
+	elapsed := time.Since(start).Seconds()
+	launchRate := float64(t1.Launched-t0.Launched) / scaleSustain.Seconds()
+	endRate := float64(t1.Ended-t0.Ended) / scaleSustain.Seconds()
+
+	w.Metric("cold fill: seconds to 95% of bookable cores running", fillSecs, AtMost, 60, "s")
+	w.Metric("fill at the end", math.Round(w.LaunchedFill()*1000)/10, Info, 0, "%")
+	w.Metric("frames started per second during the fill", float64(filled.Launched)/fillSecs, Info, 0, "")
+	w.Metric("sustained lifecycles/s once full (launches)", launchRate, Info, 0, "")
+	w.Metric("sustained completions/s once full", endRate, Info, 0, "")
+	rss := samples.maxRSS()
+	w.Metric("process RSS, max (schedulers + sidecar + fakes in one process)", float64(rss>>20), AtMost, 1024, " MiB")
+	w.Metric("Go heap growth per host, scheduler start to full (host cache + in flight; upper bound)",
+		float64(max(heapFull-heap0, 0))/float64(nHosts), Info, 0, " B")
+	w.Metric("host-cache staleness p99 (WAL lag)", samples.p99Staleness(), Info, 0, "s")
+	w.Metric("replication slot lag p99", samples.p99SlotLag()/1024, Info, 0, " KiB")
+
+	launched := float64(t1.Launched)
+	st, err := w.statements(ctx)
+	if err != nil {
+		w.Note("pg_stat_statements: %v", err)
+	} else if launched > 0 {
+		p := st.product
+		w.Metric("product statements per dispatched frame", p.calls/launched, Info, 0, "")
+		w.Metric("product rows per dispatched frame", p.rows/launched, Info, 0, "")
+		w.Metric("product buffer hits per dispatched frame", p.hits/launched, Info, 0, "")
+		w.Metric("product DB time per dispatched frame", p.ms/launched, Info, 0, " ms")
+		w.Metric("simulator statements per dispatched frame (Cuebot emulator, monitor)", st.lab.calls/launched, Info, 0, "")
+		if st.jobsMean >= 0 {
+			w.Metric("job query (pendingSQL) mean", st.jobsMean, Info, 0, " ms")
+		}
+		if st.layersMean >= 0 {
+			w.Metric("layer query (layersSQL) mean", st.layersMean, Info, 0, " ms")
+		}
+		for _, top := range st.top {
+			w.Note("product statement: %s", top)
+		}
+	}
+	planned := w.Counter("scheduler_bookings_planned_total", "", "")
+	lost := w.Counter("scheduler_bookings_lost_total", "", "")
+	if planned > 0 {
+		w.Metric("races lost (share of planned bookings)", lost/planned*100, Info, 0, "%")
+	} else {
+		w.Note("races lost: no scheduler_bookings_planned_total in this build (branch scale-shard adds it)")
+	}
+	// CPU: the Go process (product and fakes together), and PostgreSQL's
+	// backends by who they serve.
+	goCPU := (cpu1 - cpu0).Seconds()
+	pgProduct, pgLab := w.backendCPU(ctx)
+	w.Metric("CPU: Go process (schedulers, sidecar, fake RQD, emulator, monitor)", goCPU/elapsed*100, Info, 0, "% of a core")
+	w.Metric("CPU: PostgreSQL serving the product", pgProduct/elapsed*100, Info, 0, "% of a core")
+	w.Metric("CPU: PostgreSQL serving the simulator", pgLab/elapsed*100, Info, 0, "% of a core")
+	w.Note("CPU shares of the whole run (%.0f s); the Go process's own split, from a pprof of COLDFILL at 10,000 hosts: fake RQD ~6%%, lab/sim ~11%%, the rest the product", elapsed)
+	return nil
+}
+
+// scaleRunTime is the shortest frame run time (the longest is twice it):
+// 60 s per 2,000 hosts, so that at the booking rates of this 2-core box
+// frames do not end before the fill is judged (at 10,000 hosts a minute's
+// frames ended as fast as they were booked, and the farm never filled);
+// the sustained rates are read once the first frames have ended.
+func scaleRunTime(hosts int) time.Duration {
+	return time.Duration(max(1, (hosts+1999)/2000)) * time.Minute
+}
+
+// seedScale seeds the farm and returns its cores.
+func (w *World) seedScale(ctx context.Context, nHosts, nFrames int) (int, error) {
+	type allocSpec struct{ name, tag string }
+	allocs := []allocSpec{{"sim.general", "general"}, {"sim.fx", "fx"}, {"sim.gpu", "gpu"}}
+	ids := make([]string, len(allocs))
+	for i, a := range allocs {
+		var err error
+		if ids[i], err = w.Seed.Alloc(ctx, w.Facility, a.name, a.tag); err != nil {
+			return 0, err
+		}
+	}
+	sizes := []int{16, 32, 48, 64, 40}
+	allocCores := make([]int, len(allocs))
+	specs := make([]farmseed.HostSpec, 0, nHosts)
+	for i := 0; i < nHosts; i++ {
+		h := farmseed.HostSpec{Name: fmt.Sprintf("s%06d", i)}
+		a := 0
+		switch {
+		case i%10 == 9: // a tenth: GPU hosts, 8 cores and 2 GPUs
+			a = 2
+			h.Cores, h.GPUs, h.GPUMemKB = 8, 2, 32*gb
+		case i%10 >= 6:
+			a = 1
+			h.Cores = sizes[i%len(sizes)]
+		default:
+			h.Cores = sizes[i%len(sizes)]
+		}
+		h.Alloc, h.AllocTag, h.MemKB = ids[a], allocs[a].tag, int64(h.Cores)*4*gb
+		allocCores[a] += h.Cores
+		specs = append(specs, h)
+	}
+	if _, err := w.Seed.Hosts(ctx, specs...); err != nil {
+		return 0, err
+	}
+	cores := 0
+	for _, c := range allocCores {
+		cores += c
+	}
+	shows := make([]farmseed.Show, scaleShows)
+	for i := range shows {
+		var err error
+		if shows[i], err = w.Seed.Show(ctx, fmt.Sprintf("show%02d", i), true); err != nil {
+			return 0, err
+		}
+		for a := range allocs {
+			// Each show's share of every allocation, bursting to all of it.
+			if _, err := w.Seed.Subscribe(ctx, shows[i], ids[a], allocCores[a]/scaleShows, allocCores[a]); err != nil {
+				return 0, err
+			}
+		}
+	}
+	// 600 jobs, 10 per show, in batches of 60 (one COPY of frames each).
+	perJob := max(nFrames/scaleJobs, 1)
+	var batch []farmseed.JobSpec
+	for j := 0; j < scaleJobs; j++ {
+		show := shows[j%scaleShows]
+		var layer farmseed.LayerSpec
+		switch j % 10 {
+		case 9:
+			layer = farmseed.LayerSpec{Name: "gpu", Tags: []string{"gpu"}, Frames: perJob, Cores: 4, MemKB: 8 * gb, GPUs: 1, GPUMemKB: 8 * gb}
+		case 6, 7, 8:
+			layer = farmseed.LayerSpec{Name: "fx", Tags: []string{"fx"}, Frames: perJob, Cores: 4, MemKB: 8 * gb}
+		default:
+			layer = farmseed.LayerSpec{Name: "render", Tags: []string{"general"}, Frames: perJob, Cores: 4, MemKB: 8 * gb}
+		}
+		batch = append(batch, farmseed.JobSpec{Name: fmt.Sprintf("scale%04d", j), Show: show, Facility: w.Facility,
+			Priority: 50 + j%10, MaxCores: farmseed.Uncapped, Layers: []farmseed.LayerSpec{layer}})
+		if len(batch) == scaleShows || j == scaleJobs-1 {
+			if _, err := w.Seed.Jobs(ctx, batch...); err != nil {
+				return 0, err
+			}
+			batch = batch[:0]
+		}
+	}
+	if _, err := w.Pool.Exec(ctx, `ANALYZE`); err != nil {
+		return 0, err
+	}
+	return cores, nil
+}
+
+// labRole moves the world's own pool (the Cuebot emulator, the monitor,
+// the audit) to a role of its own, so pg_stat_statements and the backends'
+// CPU tell its load from the product's.
+func (w *World) labRole(ctx context.Context) error {
+	if _, err := w.Pool.Exec(ctx, `DO $$ BEGIN
+		IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '`+scaleLabRole+`') THEN
+			CREATE ROLE `+scaleLabRole+` LOGIN SUPERUSER;
+		END IF; END $$`); err != nil {
+		return fmt.Errorf("lab role: %w", err)
+	}
+	pc, err := pgxpool.ParseConfig(w.DBURL)
+	if err != nil {
+		return err
+	}
+	pc.ConnConfig.User = scaleLabRole
+	pc.ConnConfig.RuntimeParams["application_name"] = "cuesched-lab/simulator"
+	pc.MaxConns = 16
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return err
+	}
+	old := w.Pool
+	w.Pool = pool
+	w.Seed = &farmseed.Seeder{DB: pool}
+	old.Close()
+	return nil
+}
+
+type stmtSums struct{ calls, rows, hits, ms float64 }
+
+type scaleStatements struct {
+	product, lab         stmtSums
+	jobsMean, layersMean float64 // ms; -1 when not found
+	top                  []string
+}
+
+// statements reads pg_stat_statements of the scenario's database since the
+// reset at Start, split by role.
+func (w *World) statements(ctx context.Context) (scaleStatements, error) {
+	out := scaleStatements{jobsMean: -1, layersMean: -1}
+	rows, err := w.Pool.Query(ctx, `SELECT r.rolname = $1, s.calls::float8, s.rows::float8, s.shared_blks_hit::float8,
+		s.total_exec_time, s.mean_exec_time, left(regexp_replace(s.query, '\s+', ' ', 'g'), 400)
+		FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
+		JOIN pg_database d ON d.oid = s.dbid AND d.datname = current_database()
+		ORDER BY s.total_exec_time DESC`, scaleLabRole)
+	if err != nil {
+		return out, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var lab bool
+		var calls, nrows, hits, total, mean float64
+		var q string
+		if err := rows.Scan(&lab, &calls, &nrows, &hits, &total, &mean, &q); err != nil {
+			return out, err
+		}
+		sum := &out.product
+		if lab {
+			sum = &out.lab
+		}
+		sum.calls += calls
+		sum.rows += nrows
+		sum.hits += hits
+		sum.ms += total
+		if lab {
+			continue
+		}
+		q = strings.TrimSpace(q)
+		switch {
+		case out.jobsMean < 0 && strings.Contains(q, "WITH live AS"):
+			out.jobsMean = mean
+		case out.layersMean < 0 && strings.HasPrefix(q, "WITH jl AS"):
+			out.layersMean = mean
+		}
+		if len(out.top) < 5 {
+			out.top = append(out.top, fmt.Sprintf("%.0f ms in %.0f calls (%.2f ms each): %.90s", total, calls, mean, q))
+		}
+	}
+	return out, rows.Err()
+}
+
+// backendCPU sums the CPU seconds of this database's PostgreSQL backends
+// (from /proc) by whom they serve: the simulator's role, or the product
+// (schedulers, sidecar). Backends that already exited are not counted.
+func (w *World) backendCPU(ctx context.Context) (product, lab float64) {
+	rows, err := w.Pool.Query(ctx, `SELECT pid, usename = $1 FROM pg_stat_activity WHERE datname = current_database()`, scaleLabRole)
+	if err != nil {
+		return 0, 0
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var pid int
+		var isLab bool
+		if rows.Scan(&pid, &isLab) != nil {
+			continue
+		}
+		secs := procCPU(pid)
+		if isLab {
+			lab += secs
+		} else {
+			product += secs
+		}
+	}
+	return product, lab
+}
+
+// procCPU is a process's user+system CPU seconds (0 if unreadable).
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		s = s[i+1:]
+	}
+	f := strings.Fields(s)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// scaleSamples are what the monitor's ticks sample once a second.
+type scaleSamples struct {
+	mu        sync.Mutex
+	last      time.Time
+	rss       []int64
+	staleness []float64
+	slotLag   []float64
+}
+
+func (s *scaleSamples) take(ctx context.Context, w *World) {
+	s.mu.Lock()
+	due := time.Since(s.last) >= time.Second
+	if due {
+		s.last = time.Now()
+	}
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	rss := selfRSS()
+	var worst float64
+	for _, in := range w.scheds {
+		if in.dead {
+			continue
+		}
+		fams, err := in.reg.Gather()
+		if err != nil {
+			continue
+		}
+		for _, f := range fams {
+			if f.GetName() == "scheduler_host_cache_staleness_seconds" {
+				for _, m := range f.GetMetric() {
+					worst = max(worst, m.GetGauge().GetValue())
+				}
+			}
+		}
+	}
+	lag := -1.0
+	if err := w.Pool.QueryRow(ctx, `SELECT COALESCE(max(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)), 0)::float8
+		FROM pg_replication_slots WHERE database = current_database()`).Scan(&lag); err != nil {
+		lag = -1
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rss = append(s.rss, rss)
+	s.staleness = append(s.staleness, worst)
+	if lag >= 0 {
+		s.slotLag = append(s.slotLag, lag)
+	}
+}
+
+func (s *scaleSamples) maxRSS() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var m int64
+	for _, v := range s.rss {
+		m = max(m, v)
+	}
+	return m
+}
+
+func (s *scaleSamples) p99Staleness() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return p99(s.staleness)
+}
+
+func (s *scaleSamples) p99SlotLag() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return p99(s.slotLag)
+}
+
+func p99(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	c := append([]float64(nil), v...)
+	sort.Float64s(c)
+	return c[min(len(c)-1, int(math.Ceil(0.99*float64(len(c))))-1)]
+}
+
+// selfRSS is this process's resident set (bytes).
+func selfRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+// heapInUse is the live heap after a collection.
+func heapInUse() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// compareScale judges the per-frame database cost of the full farm against
+// the 1/10 farm's (issue #28: within 1.2x), on the default run's result.
+func compareScale(rs []Result) {
+	if len(rs) < 2 {
+		return
+	}
+	get := func(r Result, name string) (float64, bool) {
+		for _, m := range r.Metrics {
+			if m.Name == name {
+				return m.Value, true
+			}
+		}
+		return 0, false
+	}
+	var small *Result
+	for i := range rs {
+		if rs[i].Variant == scaleBaseline.Name {
+			small = &rs[i]
+		}
+	}
+	if small == nil {
+		return
+	}
+	for _, name := range []string{"product DB time per dispatched frame", "product buffer hits per dispatched frame",
+		"product statements per dispatched frame"} {
+		big, ok1 := get(rs[0], name)
+		little, ok2 := get(*small, name)
+		if !ok1 || !ok2 || little <= 0 {
+			continue
+		}
+		m := Metric{Name: name + ": full farm / tenth farm", Value: math.Round(big/little*100) / 100, Op: AtMost, Threshold: 1.2}
+		if name != "product DB time per dispatched frame" {
+			m.Op = Info
+		}
+		rs[0].Metrics = append(rs[0].Metrics, m)
+	}
+	var lines []string
+	for _, r := range rs {
+		if v, ok := get(r, "product statements per dispatched frame"); ok {
+			lines = append(lines, fmt.Sprintf("%s %.2f", orDefault(r.Variant, "default"), v))
+		}
+	}
+	if len(lines) > 0 {
+		rs[0].Notes = append(rs[0].Notes, "statements per frame by run: "+strings.Join(lines, "; "))
+	}
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
