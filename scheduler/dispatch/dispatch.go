@@ -435,6 +435,13 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 	lctx, cancelLaunch := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.LaunchTimeout)
 	failed := d.launch(lctx, l, h, launched)
 	cancelLaunch()
+	nfailed := 0
+	for _, e := range failed {
+		if e != nil {
+			nfailed++
+		}
+	}
+	d.m.compensateQueue.Add(float64(nfailed))
 	now := time.Now()
 	post, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.CompensateTimeout)
 	defer cancel()
@@ -444,6 +451,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 			if after, ok := d.compensate(post, h, p, winners[p.frame.ID], failed[i]); ok {
 				out.Host = after
 			}
+			d.m.compensateQueue.Dec()
 			out.LaunchFailed = append(out.LaunchFailed, p.frame.ID)
 			continue
 		}
@@ -502,8 +510,10 @@ func (d *Dispatcher) launch(ctx context.Context, l *jobs.Layer, h sizing.Host, p
 	for i, p := range ps {
 		rf := d.limits.Build(runframe.Params{ProcID: p.proc, Layer: l, Frame: p.frame, Res: p.res, Now: now})
 		wg.Add(1)
+		d.m.launchQueue.Inc()
 		go func() {
 			defer wg.Done()
+			defer d.m.launchQueue.Dec()
 			start := time.Now()
 			failed[i] = d.rqd.LaunchFrame(ctx, h.Name, rf)
 			d.m.launchDuration.Observe(time.Since(start).Seconds())

@@ -17,6 +17,8 @@ type metrics struct {
 	compensations    *prometheus.CounterVec
 	killFailures     prometheus.Counter
 	accountingErrors *prometheus.CounterVec
+	launchQueue      prometheus.Gauge
+	compensateQueue  prometheus.Gauge
 	memRequested     prometheus.Counter
 	memBooked        *prometheus.CounterVec
 	sizedFrames      *prometheus.CounterVec
@@ -85,6 +87,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "scheduler_dispatch_accounting_errors_total",
 			Help: "Redis rollbacks or releases that failed (healed by the recompute), by operation.",
 		}, []string{"op"}),
+		launchQueue: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "scheduler_launch_queue_frames",
+			Help: "Frames committed in Postgres whose RQD LaunchFrame has not returned yet.",
+		}),
+		compensateQueue: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "scheduler_compensation_queue_frames",
+			Help: "Frames whose launch failed and whose compensation (frame back to WAITING, proc deleted, booking released) has not finished yet.",
+		}),
 	}
 	m.memRequested = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "scheduler_sizing_requested_memory_bytes_total",
@@ -116,7 +126,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.frames, m.timeToBook, m.batches, m.batchDuration, m.txDuration, m.launchDuration,
 			m.launchFailures, m.compensations, m.killFailures, m.accountingErrors,
-			m.memRequested, m.memBooked, m.sizedFrames)
+			m.memRequested, m.memBooked, m.sizedFrames, m.launchQueue, m.compensateQueue)
 	}
 	return m
 }

@@ -59,8 +59,10 @@ WITH ` + jobs.DenialsCTE + `, lids AS (
                                        ELSE int_max_value - running END), 0) END AS n
     FROM lim
 ), jb AS (
-    -- The job as the frame UPDATE below sees it (one snapshot).
-    SELECT EXISTS (SELECT 1 FROM job j WHERE j.pk_job = $13 AND j.str_state = 'PENDING' AND NOT j.b_paused) AS ok
+    -- The job as the frame UPDATE below sees it (one snapshot), read once
+    -- by its key: the state is a result, not a predicate, so no plan walks
+    -- an index of the PENDING jobs for it.
+    SELECT COALESCE((SELECT j.str_state = 'PENDING' AND NOT j.b_paused FROM job j WHERE j.pk_job = $13), false) AS ok
 ), req AS (
     SELECT r.*
     FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
@@ -89,8 +91,7 @@ WITH ` + jobs.DenialsCTE + `, lids AS (
        AND f.pk_layer = $12
        AND NOT EXISTS (SELECT 1 FROM layer l WHERE l.pk_layer = f.pk_layer AND l.ts_start_after > now())
        AND EXISTS (SELECT 1 FROM show s WHERE s.pk_show = $9 AND s.b_scheduler_managed AND s.b_active)
-       AND EXISTS (SELECT 1 FROM job j WHERE j.pk_job = f.pk_job AND j.pk_job = $13
-                                        AND j.str_state = 'PENDING' AND NOT j.b_paused)
+       AND f.pk_job = $13 AND (SELECT ok FROM jb)
     RETURNING f.pk_frame, f.int_version, req.pk_proc, req.cores, req.mem, req.gpus, req.gpu_mem
 ), ins AS (
     INSERT INTO proc (pk_proc, pk_host, pk_show, pk_layer, pk_job, pk_frame,
