@@ -294,27 +294,37 @@ func (d *Dispatcher) commit(ctx context.Context, l *jobs.Layer, h sizing.Host, b
 
 // procsFound resolves a booking transaction whose outcome is unknown: which
 // of the batch's procs exist (the transaction is all or nothing, so either
-// every winner's proc exists or none does).
+// every winner's proc exists or none does). The server may still be running
+// it (the client gave up, the pipeline was already sent): a share lock on
+// the batch's frames first waits for whatever transaction holds them (the
+// claim locks them until it commits or rolls back), then a fresh snapshot
+// reads the procs.
 func (d *Dispatcher) procsFound(ctx context.Context, booked []planned) (map[string]bool, error) {
-	procs := make([]string, len(booked))
+	procs, frames := make([]string, len(booked)), make([]string, len(booked))
 	for i, p := range booked {
-		procs[i] = p.proc
+		procs[i], frames[i] = p.proc, p.frame.ID
 	}
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	rows, err := d.pool.Query(qctx, `SELECT pk_proc FROM proc WHERE pk_proc = ANY($1::text[])`, procs)
-	if err != nil {
-		return nil, err
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		out[id] = true
-	}
-	return out, nil
+	out := make(map[string]bool, len(booked))
+	err := pgx.BeginFunc(qctx, d.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(qctx, `SELECT 1 FROM frame WHERE pk_frame = ANY($1::text[]) ORDER BY pk_frame FOR SHARE`, frames); err != nil {
+			return err
+		}
+		rows, err := tx.Query(qctx, `SELECT pk_proc FROM proc WHERE pk_proc = ANY($1::text[])`, procs)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			out[id] = true
+		}
+		return nil
+	})
+	return out, err
 }
 
 // Compensation: the frame goes back to WAITING only while our proc exists;
