@@ -188,6 +188,9 @@ func (r *Report) WriteMarkdown(w io.Writer, charts map[string]string) error {
 		if png, ok := charts[key]; ok {
 			fmt.Fprintf(b, "\n![%s](%s)\n", fam[0].Family, png)
 		}
+		if png, ok := charts[key+" growth"]; ok {
+			fmt.Fprintf(b, "\n![%s against farm size](%s)\n", fam[0].Family, png)
+		}
 		b.WriteString("\n")
 	}
 	_, err := io.WriteString(w, b.String())

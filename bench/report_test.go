@@ -13,6 +13,7 @@ pkg: github.com/cuesched/cuesched/scheduler/hostcache
 cpu: Some CPU @ 2.00GHz
 BenchmarkCheckout/hosts=1000/btree-2         	  500000	      2100 ns/op	       0 B/op
 BenchmarkCheckout/hosts=1000/linear-2        	   20000	     61000 ns/op	  29.05 x-vs-linear-ratio
+BenchmarkCheckout/hosts=10000/btree-2        	  500000	      2300 ns/op	       0 B/op
 BenchmarkFreshness-2   1   1.2 p50-ms   4.5 p99-ms
 --- FAIL: BenchmarkBroken
 pkg: github.com/cuesched/cuesched/publisher
@@ -25,7 +26,7 @@ func TestParseAndRender(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Results) != 4 || rep.CPU != "Some CPU @ 2.00GHz" || len(rep.Failures) != 1 {
+	if len(rep.Results) != 5 || rep.CPU != "Some CPU @ 2.00GHz" || len(rep.Failures) != 1 {
 		t.Fatalf("parsed %+v", rep)
 	}
 	r := rep.Results[1]
@@ -51,5 +52,30 @@ func TestParseAndRender(t *testing.T) {
 	}
 	if _, err := png.Decode(&img); err != nil {
 		t.Fatalf("chart is not a PNG: %v", err)
+	}
+	// Checkout was measured at two farm sizes: it gets a growth chart.
+	checkout := rep.Families()[1]
+	if checkout[0].Family != "Checkout" || !Growth(checkout) || Growth(rep.Families()[0]) {
+		t.Fatalf("growth detection: %v", rep.Families())
+	}
+	img.Reset()
+	if err := GrowthChart(&img, checkout); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := png.Decode(&img); err != nil {
+		t.Fatalf("growth chart is not a PNG: %v", err)
+	}
+}
+
+// A figure and its baselines share an axis.
+func TestMeasure(t *testing.T) {
+	for unit, want := range map[string]string{
+		"dispatch_frames/s": "frames/s", "round1_dispatch_frames/s": "frames/s", "pgbench_frames/s": "frames/s",
+		"frames/s": "frames/s", "stmts/frame": "stmts/frame", "round1_stmts/frame": "stmts/frame",
+		"x-vs-linear-ratio": "ratio", "sidecar/pgbench": "ratio", "p50-ms": "ms", "commit_to_redis_p99_ms": "ms", "ns/op": "ns/op",
+	} {
+		if got := Measure(unit); got != want {
+			t.Errorf("Measure(%q) = %q, want %q", unit, got, want)
+		}
 	}
 }

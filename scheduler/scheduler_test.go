@@ -129,7 +129,8 @@ func allocCluster(w *world) *clusters.Cluster {
 func TestPassOutcomes(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, 1)
-	s := w.scheduler(t, testConfig(w), scheduler.Deps{NoAccounting: true})
+	reg := prometheus.NewRegistry()
+	s := w.scheduler(t, testConfig(w), scheduler.Deps{NoAccounting: true, Registerer: reg})
 	c := allocCluster(w)
 	ctx := context.Background()
 
@@ -141,6 +142,19 @@ func TestPassOutcomes(t *testing.T) {
 	r = s.Loop.Pass(ctx, c)
 	if r.Reason != loop.Booked || r.Dispatched != 4 || r.Sleep != 0 || r.Jobs != 1 {
 		t.Fatalf("pass with work = %+v, want 4 booked on the 4-core host", r)
+	}
+	// Delivered against planned: the pass offered the layer's 6 frames
+	// and delivered 4; nothing is left in a queue.
+	planned, delivered := counterValue(t, reg, "scheduler_pass_planned_frames_total", ""),
+		counterValue(t, reg, "scheduler_pass_delivered_frames_total", "")
+	if planned != 6 || delivered != 4 {
+		t.Fatalf("planned %v delivered %v, want 6 and 4", planned, delivered)
+	}
+	for _, g := range []string{"scheduler_passes_in_flight", "scheduler_pass_jobs_in_flight", "scheduler_launch_queue_frames",
+		"scheduler_compensation_queue_frames", "scheduler_clusters_in_flight"} {
+		if v := gaugeValue(t, reg, g); v != 0 {
+			t.Errorf("%s = %v after the pass, want 0", g, v)
+		}
 	}
 	r = s.Loop.Pass(ctx, c)
 	if r.Reason != loop.Saturated || r.Dispatched != 0 || r.Sleep != time.Minute {
@@ -404,6 +418,9 @@ func counterValue(t *testing.T, g prometheus.Gatherer, name, stage string) float
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			if stage == "" && len(m.GetLabel()) == 0 {
+				return m.GetCounter().GetValue()
+			}
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "stage" && l.GetValue() == stage {
 					return m.GetCounter().GetValue()
@@ -412,5 +429,20 @@ func counterValue(t *testing.T, g prometheus.Gatherer, name, stage string) float
 		}
 	}
 	t.Fatalf("no %s{stage=%q}", name, stage)
+	return 0
+}
+
+func gaugeValue(t *testing.T, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
 	return 0
 }

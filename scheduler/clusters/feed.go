@@ -251,7 +251,7 @@ func newFeed(db DB, o FeedOptions) *Feed {
 	if o.ChangeDebounce <= 0 {
 		o.ChangeDebounce = 150 * time.Millisecond
 	}
-	return &Feed{
+	f := &Feed{
 		db:       db,
 		opts:     o,
 		log:      log.Named("clusters"),
@@ -263,6 +263,46 @@ func newFeed(db DB, o FeedOptions) *Feed {
 		rewoken:  map[string]struct{}{},
 		notify:   make(chan struct{}, 1),
 	}
+	if o.Registerer != nil {
+		o.Registerer.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "scheduler_clusters_ready",
+				Help: "The wake-up queue: awake clusters whose sleep is over (or whose watch moved) waiting for a free worker, counted at scrape time.",
+			}, func() float64 { return float64(f.ready(time.Now())) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "scheduler_clusters_in_flight",
+				Help: "Clusters handed to a worker whose pass has not ended.",
+			}, func() float64 {
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				return float64(len(f.inflight))
+			}))
+	}
+	return f
+}
+
+// ready counts the clusters Next could hand out now: awake, not in flight,
+// not sleeping (or their sleep is over or their watch moved), and, with
+// OnePerAlloc, their allocation free.
+func (f *Feed) ready(now time.Time) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.active {
+		if _, busy := f.inflight[c.key]; busy {
+			continue
+		}
+		if a := c.AllocID(); a != "" && f.opts.OnePerAlloc {
+			if _, busy := f.allocs[a]; busy {
+				continue
+			}
+		}
+		if z, ok := f.sleeping[c.key]; ok && now.Before(z.until) && (z.wake == nil || !z.wake.Moved()) {
+			continue
+		}
+		n++
+	}
+	return n
 }
 
 // broadcast wakes every Next waiting for a state change. Call with mu held.

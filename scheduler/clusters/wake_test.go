@@ -89,3 +89,51 @@ func testCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+// The wake-up queue's gauges: scheduler_clusters_ready counts the clusters
+// Next could hand out now (awake, not in flight, not sleeping or woken by
+// their watch), scheduler_clusters_in_flight those handed out.
+func TestFeedQueueGauges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cs := static(3)
+	reg := prometheus.NewRegistry()
+	f := clusters.NewStaticFeed(cs, clusters.FeedOptions{Registerer: reg})
+	gauge := func(name string) float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("no %s", name)
+		return 0
+	}
+	check := func(ready, inFlight float64) {
+		t.Helper()
+		if r, i := gauge("scheduler_clusters_ready"), gauge("scheduler_clusters_in_flight"); r != ready || i != inFlight {
+			t.Fatalf("ready %v in flight %v, want %v and %v", r, i, ready, inFlight)
+		}
+	}
+	check(3, 0)
+	a, err := f.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(1, 2)
+	var w flag
+	f.DoneWatch(a, time.Hour, &w)
+	check(1, 1)
+	w.moved.Store(true) // woken: ready again, though its sleep has not ended
+	check(2, 1)
+	f.Done(b, 0)
+	check(3, 0)
+}

@@ -17,8 +17,10 @@
 //     and the frame would not end by the reservation's ready time (Stop
 //     Reserved; scheduler/reservations). When the owner's frame starts on
 //     its reserved host, Options.Reservations ends the reservation.
-//  3. One Postgres transaction for the whole batch, in three round trips
-//     (BEGIN + limit locks + claim pipelined; the host update; COMMIT).
+//  3. One Postgres transaction for the whole batch, in one round trip: the
+//     limit locks, the claim and the host update pipelined as one implicit
+//     transaction (one Sync, no BEGIN or COMMIT statement: it commits when
+//     the last statement succeeds, any error rolls all of it back).
 //     (a) If the layer is attached to limit_records, lock them (SELECT ...
 //     FOR UPDATE, in key order) so two dispatchers cannot both use the last
 //     slot of a limit. (b) One statement (ClaimSQL) computes the limits' headroom from
@@ -39,8 +41,11 @@
 //     Closing that window would take a share lock on the job row, making
 //     every pause and kill wait for in-flight bookings and adding a
 //     job-before-frame lock order that Cuebot's paths do not follow. (c) One statement
-//     (HostSQL) takes the started frames' resources off the host, guarded by idle >= need for all four columns; if the
-//     guard fails the cache was stale and everything is rolled back.
+//     (HostTakeSQL) takes the started frames' resources off the host, summed
+//     from the procs the claim inserted (so it needs no answer from the
+//     claim and goes in the same round trip); Cuebot's verify_host_resources
+//     trigger refuses an idle value below zero, in which case the cache was
+//     stale and everything is rolled back.
 //     Frames, then layer_stat/job_stat (the frame triggers), then host: the
 //     same lock order as Cuebot's completion path, so the two do not
 //     deadlock. The accounting tables are not touched: for a managed show
@@ -74,8 +79,9 @@
 // (Config.LaunchTimeout) and the compensations theirs
 // (Config.CompensateTimeout), started after the launches returned; the
 // scheduler derives both, and its drain, from the configured timeouts
-// (config.DispatchBudget). A COMMIT that fails ambiguously (connection lost)
-// is resolved by looking for the procs on a fresh connection.
+// (config.DispatchBudget). A transaction whose outcome is unknown (the
+// connection lost before its end was read) is resolved by looking for the
+// procs on a fresh connection.
 package dispatch
 
 import (
@@ -471,6 +477,13 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 	lctx, cancelLaunch := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.LaunchTimeout)
 	failed := d.launch(lctx, l, h, launched)
 	cancelLaunch()
+	nfailed := 0
+	for _, e := range failed {
+		if e != nil {
+			nfailed++
+		}
+	}
+	d.m.compensateQueue.Add(float64(nfailed))
 	now := time.Now()
 	post, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.CompensateTimeout)
 	defer cancel()
@@ -480,6 +493,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 			if after, ok := d.compensate(post, h, p, winners[p.frame.ID], failed[i]); ok {
 				out.Host = after
 			}
+			d.m.compensateQueue.Dec()
 			out.LaunchFailed = append(out.LaunchFailed, p.frame.ID)
 			continue
 		}
@@ -566,8 +580,10 @@ func (d *Dispatcher) launch(ctx context.Context, l *jobs.Layer, h sizing.Host, p
 	for i, p := range ps {
 		rf := d.limits.Build(runframe.Params{ProcID: p.proc, Layer: l, Frame: p.frame, Res: p.res, Now: now})
 		wg.Add(1)
+		d.m.launchQueue.Inc()
 		go func() {
 			defer wg.Done()
+			defer d.m.launchQueue.Dec()
 			start := time.Now()
 			failed[i] = d.rqd.LaunchFrame(ctx, h.Name, rf)
 			d.m.launchDuration.Observe(time.Since(start).Seconds())

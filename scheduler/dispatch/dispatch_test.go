@@ -795,3 +795,38 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("metric %s not registered", name)
 	return 0
 }
+
+// A booking transaction cut short by its deadline (here: the host row is
+// locked by someone else, so the host update waits) is sent in one piece,
+// so its outcome is unknown to the client: it is resolved by waiting for
+// the batch's frames and looking for the procs. Nothing was committed, so
+// nothing starts and every booking is rolled back.
+func TestDispatchCutShortIsResolved(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *dispatch.Config) { c.BookTimeout = 300 * time.Millisecond })
+	host := h.host(farmseed.HostSpec{Cores: 8})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 4, NotThreadable: true}}})
+	l := h.layers(j)[0]
+	ctx := context.Background()
+	tx, err := h.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM host WHERE pk_host = $1 FOR UPDATE`, host.ID); err != nil {
+		t.Fatal(err)
+	}
+	res := h.d.Dispatch(ctx, l, l.Frames, host)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res.Stop != dispatch.Failed || len(res.Dispatched) != 0 {
+		t.Fatalf("result = %+v, want failed with nothing started", res)
+	}
+	h.checkBooked(0)
+	if n := h.count(`SELECT count(*) FROM frame WHERE pk_layer = $1 AND str_state = 'WAITING' AND int_version = 0`, l.ID); n != 4 {
+		t.Fatalf("%d frames untouched, want 4", n)
+	}
+	if n := h.count(`SELECT count(*) FROM proc`); n != 0 {
+		t.Fatalf("%d procs left", n)
+	}
+}

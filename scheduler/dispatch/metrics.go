@@ -17,6 +17,8 @@ type metrics struct {
 	compensations    *prometheus.CounterVec
 	killFailures     prometheus.Counter
 	accountingErrors *prometheus.CounterVec
+	launchQueue      prometheus.Gauge
+	compensateQueue  prometheus.Gauge
 	memRequested     prometheus.Counter
 	memBooked        *prometheus.CounterVec
 	sizedFrames      *prometheus.CounterVec
@@ -103,6 +105,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "scheduler_bookings_lost_total",
 			Help: "Planned frames not booked because the capacity was taken since the plan: refused by the booking script (gate_refused), the frame claimed elsewhere (frame_claimed), the host's idle gone in Postgres (host_stale). With several instances, lost / planned is the share of races lost.",
 		}, []string{"reason"}),
+		launchQueue: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "scheduler_launch_queue_frames",
+			Help: "Frames committed in Postgres whose RQD LaunchFrame has not returned yet.",
+		}),
+		compensateQueue: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "scheduler_compensation_queue_frames",
+			Help: "Frames whose launch failed and whose compensation (frame back to WAITING, proc deleted, booking released) has not finished yet.",
+		}),
 	}
 	m.memRequested = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "scheduler_sizing_requested_memory_bytes_total",
@@ -137,7 +147,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.frames, m.timeToBook, m.batches, m.batchDuration, m.txDuration, m.launchDuration,
 			m.launchFailures, m.compensations, m.killFailures, m.accountingErrors,
-			m.memRequested, m.memBooked, m.sizedFrames, m.planned, m.lost)
+			m.memRequested, m.memBooked, m.sizedFrames, m.planned, m.lost, m.launchQueue, m.compensateQueue)
 	}
 	return m
 }

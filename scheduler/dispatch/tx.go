@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cuesched/cuesched/scheduler/jobs"
 	"github.com/cuesched/cuesched/scheduler/sizing"
@@ -58,8 +60,10 @@ WITH ` + jobs.DenialsCTE + `, lids AS (
                                        ELSE int_max_value - running END), 0) END AS n
     FROM lim
 ), jb AS (
-    -- The job as the frame UPDATE below sees it (one snapshot).
-    SELECT EXISTS (SELECT 1 FROM job j WHERE j.pk_job = $13 AND j.str_state = 'PENDING' AND NOT j.b_paused) AS ok
+    -- The job as the frame UPDATE below sees it (one snapshot), read once
+    -- by its key: the state is a result, not a predicate, so no plan walks
+    -- an index of the PENDING jobs for it.
+    SELECT COALESCE((SELECT j.str_state = 'PENDING' AND NOT j.b_paused FROM job j WHERE j.pk_job = $13), false) AS ok
 ), req AS (
     SELECT r.*
     FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
@@ -88,8 +92,7 @@ WITH ` + jobs.DenialsCTE + `, lids AS (
        AND f.pk_layer = $12
        AND NOT EXISTS (SELECT 1 FROM layer l WHERE l.pk_layer = f.pk_layer AND l.ts_start_after > now())
        AND EXISTS (SELECT 1 FROM show s WHERE s.pk_show = $9 AND s.b_scheduler_managed AND s.b_active)
-       AND EXISTS (SELECT 1 FROM job j WHERE j.pk_job = f.pk_job AND j.pk_job = $13
-                                        AND j.str_state = 'PENDING' AND NOT j.b_paused)
+       AND f.pk_job = $13 AND (SELECT ok FROM jb)
     RETURNING f.pk_frame, f.int_version, req.pk_proc, req.cores, req.mem, req.gpus, req.gpu_mem
 ), ins AS (
     INSERT INTO proc (pk_proc, pk_host, pk_show, pk_layer, pk_job, pk_frame,
@@ -104,7 +107,9 @@ SELECT room.n, jb.ok, upd.pk_frame, upd.int_version FROM room CROSS JOIN jb LEFT
 
 // HostSQL takes the started frames' resources off the host, guarded so no
 // idle value goes below zero. $1 host, $2 centicores, $3 memory KB, $4
-// GPUs, $5 GPU memory KB (sums over the frames ClaimSQL started).
+// GPUs, $5 GPU memory KB (sums over the frames ClaimSQL started). The
+// dispatcher itself uses HostTakeSQL; HostSQL is the same update for a
+// client that knows the sums (the benchmark's pgbench script).
 const HostSQL = `
 UPDATE host
    SET int_cores_idle = int_cores_idle - $2, int_mem_idle = int_mem_idle - $3,
@@ -113,15 +118,57 @@ UPDATE host
    AND int_cores_idle >= $2 AND int_mem_idle >= $3 AND int_gpus_idle >= $4 AND int_gpu_mem_idle >= $5
 RETURNING int_cores_idle, int_mem_idle, int_gpus_idle, int_gpu_mem_idle`
 
+// HostTakeSQL takes the resources of the procs ClaimSQL inserted ($2, the
+// batch's proc ids; only the winners exist) off host $1, in the same
+// transaction and without the client knowing the winners yet, so the
+// claim and the host update go in one round trip. It has no idle >= need
+// guard: Cuebot's own verify_host_resources trigger (BEFORE UPDATE of the
+// idle columns) raises "unable to allocate additional ..." when a value
+// would go below zero, which aborts the whole transaction, exactly as it
+// refuses Cuebot's own over-booking; the dispatcher reads that error as a
+// stale host cache (HostStale). A batch that started nothing updates no
+// row. It returns the number of procs, their sums and the host's idle
+// values after the update (NULL when nothing was started).
+const HostTakeSQL = `
+WITH took AS (
+    SELECT count(*) AS n, COALESCE(SUM(int_cores_reserved), 0)::bigint AS cores,
+           COALESCE(SUM(int_mem_reserved), 0)::bigint AS mem, COALESCE(SUM(int_gpus_reserved), 0)::bigint AS gpus,
+           COALESCE(SUM(int_gpu_mem_reserved), 0)::bigint AS gpu_mem
+    FROM proc WHERE pk_proc = ANY($2::text[]) AND pk_host = $1
+), upd AS (
+    UPDATE host h
+       SET int_cores_idle = h.int_cores_idle - took.cores, int_mem_idle = h.int_mem_idle - took.mem,
+           int_gpus_idle = h.int_gpus_idle - took.gpus, int_gpu_mem_idle = h.int_gpu_mem_idle - took.gpu_mem
+      FROM took
+     WHERE h.pk_host = $1 AND took.n > 0
+    RETURNING h.int_cores_idle::bigint AS cores, h.int_mem_idle::bigint AS mem,
+              h.int_gpus_idle::bigint AS gpus, h.int_gpu_mem_idle::bigint AS gpu_mem
+)
+SELECT took.n, upd.cores, upd.mem, upd.gpus, upd.gpu_mem FROM took LEFT JOIN upd ON true`
+
 type wonFrames struct {
 	frames   []string
 	versions []int32
 }
 
-// commit runs the booking transaction. room is the limit headroom it saw
-// (-1 = no limit). stale means the host guard failed (rolled back). won is
-// empty and jobStopped set when the job was no longer dispatchable (paused,
-// or no longer PENDING) inside the transaction.
+// staleHost reports whether err is verify_host_resources refusing the host
+// update: Postgres has less idle on the host than the cache said.
+func staleHost(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "P0001" && strings.HasPrefix(pe.Message, "unable to allocate additional")
+}
+
+// commit runs the booking transaction in one round trip: the limit locks,
+// the claim and the host update, pipelined as one implicit transaction
+// (one Sync: it commits when the last statement succeeds, and any error
+// rolls all of it back; no BEGIN or COMMIT statement). room is the limit
+// headroom it saw (-1 = no limit). stale means the host update was refused
+// (rolled back). won is empty and jobStopped set when the job was no
+// longer dispatchable (paused, or no longer PENDING) inside the
+// transaction. An error the server did not report (the connection lost,
+// the deadline passed) leaves the outcome unknown: it is resolved by
+// looking for the batch's procs on a fresh connection.
+//
 // conn is the connection the bookings named (Booking.BackendPID); the
 // caller releases it.
 func (d *Dispatcher) commit(ctx context.Context, conn *pgxpool.Conn, l *jobs.Layer, h sizing.Host, booked []planned) (won wonFrames, room int, after sizing.Host, stale, jobStopped bool, err error) {
@@ -138,23 +185,19 @@ func (d *Dispatcher) commit(ctx context.Context, conn *pgxpool.Conn, l *jobs.Lay
 		limits = []string{}
 	}
 
-	// Round trip 1: BEGIN, the limit locks, the claim. Round trip 2 (only
-	// when frames were started): the host update with their sums. Then
-	// COMMIT or ROLLBACK.
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
 	if len(limits) > 0 {
 		b.Queue(lockLimitsSQL, limits)
 	}
 	b.Queue(d.claim, frameIDs, procs, versions, cores, mem, gpus, gpuMem,
 		h.Name, l.ShowID, limits, h.ID, l.ID, l.JobID, d.cfg.Policy.MinMemKB)
+	b.Queue(HostTakeSQL, h.ID, procs)
 	br := conn.SendBatch(ctx, b)
 	room = -1
 	jobOK := true
+	var took int64
+	var hostRow [4]*int64
 	err = func() error {
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("begin: %w", err)
-		}
 		if len(limits) > 0 {
 			if _, err := br.Exec(); err != nil {
 				return fmt.Errorf("lock limits %v: %w", limits, err)
@@ -182,90 +225,104 @@ func (d *Dispatcher) commit(ctx context.Context, conn *pgxpool.Conn, l *jobs.Lay
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("claim frames: %w", err)
 		}
+		if err := br.QueryRow().Scan(&took, &hostRow[0], &hostRow[1], &hostRow[2], &hostRow[3]); err != nil {
+			return fmt.Errorf("take host resources: %w", err)
+		}
 		return nil
 	}()
+	// Close reads the end of the pipeline: the implicit transaction has
+	// committed (or rolled back) when it returns without error.
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("dispatch batch: %w", cerr)
 	}
-	rollback := func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_, _ = conn.Exec(rctx, "ROLLBACK")
-	}
-	if err != nil {
-		rollback()
-		return wonFrames{}, room, h, false, false, fmt.Errorf("dispatch layer %s on %s: %w", l.Name, h.Name, err)
-	}
-	var took sizing.Reservation
-	started := make(map[string]bool, len(won.frames))
-	for _, f := range won.frames {
-		started[f] = true
-	}
-	for _, p := range booked {
-		if started[p.frame.ID] {
-			took.Cores += p.res.Cores
-			took.MemKB += p.res.MemKB
-			took.GPUs += p.res.GPUs
-			took.GPUMemKB += p.res.GPUMemKB
-		}
-	}
-	var hostRow [4]int64
-	hostOK := false
-	if len(won.frames) > 0 {
-		switch err := conn.QueryRow(ctx, HostSQL, h.ID, took.Cores, took.MemKB, took.GPUs, took.GPUMemKB).Scan(
-			&hostRow[0], &hostRow[1], &hostRow[2], &hostRow[3]); {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			rollback()
-			return wonFrames{}, room, h, false, false, fmt.Errorf("dispatch layer %s on %s: take host resources: %w", l.Name, h.Name, err)
-		default:
-			hostOK = true
-		}
-	}
-	if len(won.frames) == 0 {
-		rollback()
-		return won, room, h, false, !jobOK, nil
-	}
-	if !hostOK {
-		rollback()
-		d.log.Debug("host has less idle than the cache said; batch rolled back", "host", h.Name, "layer", l.Name)
-		return wonFrames{}, room, h, true, false, nil
-	}
-	cctx, cancelCommit := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancelCommit()
-	if _, cerr := conn.Exec(cctx, "COMMIT"); cerr != nil {
-		// Ambiguous: look for our procs on another connection.
-		committed, rerr := d.procsExist(ctx, won, booked)
-		if rerr != nil || !committed {
-			return wonFrames{}, room, h, false, false, fmt.Errorf("dispatch layer %s on %s: commit: %w", l.Name, h.Name, cerr)
-		}
-		d.log.Warn("commit reported an error but the procs exist; continuing", "host", h.Name, "error", cerr)
-	}
-	after = h
-	after.IdleCores, after.IdleGPUs, after.IdleGPUMemKB = hostRow[0], hostRow[2], hostRow[3]
-	after.IdleMemKB = min(hostRow[1], h.IdleMemKB-took.MemKB)
-	return won, room, after, false, false, nil
-}
-
-// procsExist resolves an ambiguous COMMIT.
-func (d *Dispatcher) procsExist(ctx context.Context, won wonFrames, booked []planned) (bool, error) {
-	var procs []string
-	winners := map[string]bool{}
+	var took4 sizing.Reservation
+	winners := make(map[string]bool, len(won.frames))
 	for _, f := range won.frames {
 		winners[f] = true
 	}
 	for _, p := range booked {
 		if winners[p.frame.ID] {
-			procs = append(procs, p.proc)
+			took4.Cores += p.res.Cores
+			took4.MemKB += p.res.MemKB
+			took4.GPUs += p.res.GPUs
+			took4.GPUMemKB += p.res.GPUMemKB
 		}
+	}
+	switch {
+	case err != nil && staleHost(err):
+		d.log.Debug("host has less idle than the cache said; batch rolled back", "host", h.Name, "layer", l.Name, "error", err)
+		return wonFrames{}, room, h, true, false, nil
+	case err != nil:
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			// The server reported it: the transaction rolled back.
+			return wonFrames{}, room, h, false, false, fmt.Errorf("dispatch layer %s on %s: %w", l.Name, h.Name, err)
+		}
+		// Unknown outcome: did the batch's procs commit?
+		found, rerr := d.procsFound(ctx, booked)
+		if rerr != nil || len(found) == 0 {
+			return wonFrames{}, room, h, false, false, fmt.Errorf("dispatch layer %s on %s: %w", l.Name, h.Name, err)
+		}
+		d.log.Warn("the booking transaction reported an error but its procs exist; continuing", "host", h.Name, "error", err)
+		won = wonFrames{}
+		var sum sizing.Reservation
+		for _, p := range booked {
+			if found[p.proc] {
+				won.frames = append(won.frames, p.frame.ID)
+				won.versions = append(won.versions, p.frame.Version+1)
+				sum.Cores += p.res.Cores
+				sum.MemKB += p.res.MemKB
+				sum.GPUs += p.res.GPUs
+				sum.GPUMemKB += p.res.GPUMemKB
+			}
+		}
+		after = h
+		after.IdleCores, after.IdleMemKB = h.IdleCores-sum.Cores, h.IdleMemKB-sum.MemKB
+		after.IdleGPUs, after.IdleGPUMemKB = h.IdleGPUs-sum.GPUs, h.IdleGPUMemKB-sum.GPUMemKB
+		return won, room, after, false, false, nil
+	}
+	if len(won.frames) == 0 || took == 0 || hostRow[0] == nil {
+		return wonFrames{}, room, h, false, !jobOK, nil
+	}
+	after = h
+	after.IdleCores, after.IdleGPUs, after.IdleGPUMemKB = *hostRow[0], *hostRow[2], *hostRow[3]
+	after.IdleMemKB = min(*hostRow[1], h.IdleMemKB-took4.MemKB)
+	return won, room, after, false, false, nil
+}
+
+// procsFound resolves a booking transaction whose outcome is unknown: which
+// of the batch's procs exist (the transaction is all or nothing, so either
+// every winner's proc exists or none does). The server may still be running
+// it (the client gave up, the pipeline was already sent): a share lock on
+// the batch's frames first waits for whatever transaction holds them (the
+// claim locks them until it commits or rolls back), then a fresh snapshot
+// reads the procs.
+func (d *Dispatcher) procsFound(ctx context.Context, booked []planned) (map[string]bool, error) {
+	procs, frames := make([]string, len(booked)), make([]string, len(booked))
+	for i, p := range booked {
+		procs[i], frames[i] = p.proc, p.frame.ID
 	}
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	var n int
-	if err := d.pool.QueryRow(qctx, `SELECT count(*) FROM proc WHERE pk_proc = ANY($1::text[])`, procs).Scan(&n); err != nil {
-		return false, err
-	}
-	return n == len(procs), nil
+	out := make(map[string]bool, len(booked))
+	err := pgx.BeginFunc(qctx, d.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(qctx, `SELECT 1 FROM frame WHERE pk_frame = ANY($1::text[]) ORDER BY pk_frame FOR SHARE`, frames); err != nil {
+			return err
+		}
+		rows, err := tx.Query(qctx, `SELECT pk_proc FROM proc WHERE pk_proc = ANY($1::text[])`, procs)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			out[id] = true
+		}
+		return nil
+	})
+	return out, err
 }
 
 // Compensation: the frame goes back to WAITING only while our proc exists;

@@ -570,3 +570,41 @@ func TestConfigFrom(t *testing.T) {
 		t.Fatal("a bad slot name was accepted")
 	}
 }
+
+// A recompute rewrites the subscription's booked cores (and, for an
+// instant, its burst) on every pass: nothing indexed depends on them, so no
+// host of the allocation is re-indexed, while a checkout still reads the new
+// headroom. A change of the subscription's show or allocation re-indexes.
+func TestSubscriptionTotalsDoNotReindex(t *testing.T) {
+	t.Parallel()
+	f := newFarm(t, Config{}, Options{})
+	f.addHosts(hostSpec{id: "h1", cores: 8, idleCores: 8, memGB: 16, idleMemGB: 16},
+		hostSpec{id: "h2", cores: 8, idleCores: 8, memGB: 16, idleMemGB: 16})
+	version := func() uint64 {
+		f.c.mu.Lock()
+		defer f.c.mu.Unlock()
+		return f.c.st.hosts["h1"].version + f.c.st.hosts["h2"].version
+	}
+	before := version()
+	f.mustCommit(f.upd("subscription", "sub-sa", map[string]any{"int_cores": int64(700), "int_burst": int64(-100001)}),
+		f.upd("subscription", "sub-sa", map[string]any{"int_burst": int64(90000)}))
+	if got := version(); got != before {
+		t.Fatalf("host versions moved %d -> %d on a subscription totals update", before, got)
+	}
+	h, err := f.c.Checkout(context.Background(), req())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.c.Checkin(h.Host)
+	if h.AllocAvailableCores != 90000-700 {
+		t.Fatalf("headroom %d, want %d", h.AllocAvailableCores, 90000-700)
+	}
+	// Moving the subscription to another allocation does re-index.
+	f.mustCommit(f.upd("subscription", "sub-sa", map[string]any{"pk_alloc": allocB}))
+	if got := version(); got == before {
+		t.Fatal("a subscription moved to another allocation re-indexed nothing")
+	}
+	if got := f.first(req()); got != "" {
+		t.Fatalf("host %q still offered to a show no longer subscribed to its allocation", got)
+	}
+}

@@ -513,6 +513,14 @@ func (st *state) applySub(c *replication.Change, e *effects) error {
 	if rr.Err != nil {
 		return rr.Err
 	}
+	if old := st.subs[prev]; old != nil && prev == id && old.allocID == s.allocID && old.showID == s.showID {
+		// Only the burst or the booked cores moved (every recompute
+		// writes them): nothing indexed depends on them (checkouts read
+		// them from the record), so no host of the allocation is
+		// re-indexed.
+		old.burst, old.cores = s.burst, s.cores
+		return nil
+	}
 	st.deleteSub(prev, e)
 	st.subs[id] = s
 	addSub(st.subsByAlloc, s.allocID, s.showID, s)

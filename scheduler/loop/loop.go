@@ -335,7 +335,9 @@ type PassResult struct {
 // Pass works one cluster once.
 func (p *Loop) Pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	pctx, cancel := context.WithTimeout(ctx, p.cfg.PassTimeout)
+	p.m.inFlight.Inc()
 	r := p.pass(pctx, c)
+	p.m.inFlight.Dec()
 	cancel()
 	if ctx.Err() == nil && errors.Is(pctx.Err(), context.DeadlineExceeded) {
 		p.log.Warn("pass reached its deadline (queue.pass_timeout): a query or lock wait did not end; moving on",
@@ -406,6 +408,7 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	var (
 		mu        sync.Mutex
 		total     int
+		offered   int // frames the jobs offered to hosts (matcher.Outcome.Planned)
 		stop      bool
 		allocFull bool
 		notSeeded bool
@@ -455,14 +458,17 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 			break
 		}
 		wg.Add(1)
+		p.m.jobsInFlight.Inc()
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
 			out, err := p.worker.ProcessInTurn(ctx, c, j, turn)
+			p.m.jobsInFlight.Dec()
 			p.m.jobsProcessed.Inc()
 			mu.Lock()
 			defer mu.Unlock()
 			total += out.Dispatched
+			offered += out.Planned
 			if err != nil && !errors.Is(err, context.Canceled) {
 				p.log.Warn("job processing failed", "job", j.Name, "error", err)
 				failed = true
@@ -477,6 +483,11 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	}
 	wg.Wait()
 
+	if offered > 0 {
+		p.m.planned.Add(float64(offered))
+		p.m.delivered.Add(float64(total))
+		p.m.delivery.Observe(min(float64(total)/float64(offered), 1))
+	}
 	if planned > 0 {
 		// A pass that spent every budget left free hosts behind: the
 		// farm has room, so the next pass of this cluster hands out

@@ -9,6 +9,11 @@ type metrics struct {
 	passes        *prometheus.CounterVec
 	perPass       *prometheus.HistogramVec
 	errors        *prometheus.CounterVec
+	planned       prometheus.Counter
+	delivered     prometheus.Counter
+	delivery      prometheus.Histogram
+	inFlight      prometheus.Gauge
+	jobsInFlight  prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -39,6 +44,27 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "scheduler_pass_errors_total",
 			Help: "Cluster passes that failed on a database, Redis or host-cache error and were retried after the error backoff, by stage (job_query: the pending-job query; booking: a layer's query or booking, nothing booked).",
 		}, []string{"stage"}),
+		planned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scheduler_pass_planned_frames_total",
+			Help: "Frames the cluster passes planned to book: those of every layer a pass's jobs offered to hosts (trimmed to the job's budget).",
+		}),
+		delivered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scheduler_pass_delivered_frames_total",
+			Help: "Frames the cluster passes booked and launched, out of scheduler_pass_planned_frames_total.",
+		}),
+		delivery: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "scheduler_pass_delivery_ratio",
+			Help:    "Delivered frames over planned frames of one cluster pass that planned any.",
+			Buckets: []float64{0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1},
+		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "scheduler_passes_in_flight",
+			Help: "Cluster passes running now (at most queue.stream.cluster_buffer_size).",
+		}),
+		jobsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "scheduler_pass_jobs_in_flight",
+			Help: "Jobs of running passes being worked by the matcher now (at most cluster_buffer_size x job_buffer_size).",
+		}),
 	}
 	for _, s := range []string{"job_query", "booking"} {
 		m.errors.WithLabelValues(s)
@@ -47,7 +73,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.passes.WithLabelValues(string(r))
 	}
 	if reg != nil {
-		reg.MustRegister(m.jobsQueried, m.jobsProcessed, m.jobQuery, m.passes, m.perPass, m.errors)
+		reg.MustRegister(m.jobsQueried, m.jobsProcessed, m.jobQuery, m.passes, m.perPass, m.errors,
+			m.planned, m.delivered, m.delivery, m.inFlight, m.jobsInFlight)
 	}
 	return m
 }

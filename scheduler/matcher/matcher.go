@@ -255,6 +255,10 @@ func (m *Matcher) quarantineHost(host string) {
 type Outcome struct {
 	// Dispatched frames.
 	Dispatched int
+	// Planned frames: those of the layers the job offered to hosts this
+	// pass (each layer's frames, trimmed to the job's budget), the
+	// pass's plan that Dispatched delivers on.
+	Planned int
 	// Layers worked (permit granted, at least one checkout tried).
 	Layers int
 	// StopShow: the show cannot book now (not seeded): skip its other jobs.
@@ -352,6 +356,9 @@ func (m *Matcher) ProcessInTurn(ctx context.Context, c *clusters.Cluster, job jo
 			}
 		}
 		r := m.processLayer(ctx, c, l, t)
+		if r.worked {
+			out.Planned += len(l.Frames)
+		}
 		out.Dispatched += r.dispatched
 		if r.fenced {
 			return out, nil

@@ -15,9 +15,10 @@ const (
 	// compensated, well before that, or Cuebot clears a proc whose frame
 	// may still start.
 	CuebotOrphanedProcInterval = 300 * time.Second
-	// CommitResolveBudget is the dispatcher's COMMIT (10 s) plus the look
-	// for its procs on another connection when the COMMIT fails
-	// ambiguously (10 s).
+	// CommitResolveBudget bounds what may follow the booking transaction
+	// (one round trip, ended within the Book budget): the look for its
+	// procs on another connection when its outcome is unknown (10 s), and
+	// as much again to spare (it once also bounded a separate COMMIT).
 	CommitResolveBudget = 20 * time.Second
 	// CompensateBudget is the deadline of the compensations of one batch
 	// (frame back to WAITING and proc deleted in Postgres, the Redis

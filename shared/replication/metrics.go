@@ -21,6 +21,7 @@ type Metrics struct {
 	lastAppliedLSN  prometheus.Gauge
 	durableLSN      prometheus.Gauge
 	serverWALEnd    prometheus.Gauge
+	queued          prometheus.Gauge
 }
 
 // NewMetrics creates the collectors and registers them with reg (nil: not
@@ -73,6 +74,10 @@ func NewMetrics(reg prometheus.Registerer, prefix string) *Metrics {
 			Name: prefix + "server_wal_end_lsn",
 			Help: "Server WAL end reported in the last message, as a number.",
 		}),
+		queued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: prefix + "queue_transactions",
+			Help: "Transactions and keepalives received from the server and waiting for the consumer to apply them (at most the stream's queue size, 64): the completions not yet seen.",
+		}),
 	}
 	if reg == nil {
 		return m
@@ -88,6 +93,7 @@ func NewMetrics(reg prometheus.Registerer, prefix string) *Metrics {
 	m.lastAppliedLSN = register(reg, m.lastAppliedLSN)
 	m.durableLSN = register(reg, m.durableLSN)
 	m.serverWALEnd = register(reg, m.serverWALEnd)
+	m.queued = register(reg, m.queued)
 	return m
 }
 

@@ -385,6 +385,9 @@ func (s *Stream) session(ctx context.Context) (progressed bool, err error) {
 	readErr := s.readLoop(sctx, conn, queue, LSN(s.applied.Load()))
 	close(queue)
 	applyErr := <-applyDone
+	for range queue {
+		s.m.queued.Dec() // left unapplied by a session that ended on an error
+	}
 	if !conn.IsClosed() {
 		// Tell the server what the drained transactions made durable (also
 		// on a graceful stop, so a successor resumes exactly after it).
@@ -634,6 +637,7 @@ func (s *Stream) readLoop(ctx context.Context, conn *pgconn.PgConn, queue chan<-
 // enqueue blocks until the consumer takes the item, still sending status
 // updates so the server does not time the connection out meanwhile.
 func (s *Stream) enqueue(ctx context.Context, queue chan<- queueItem, it queueItem, nextStatus *time.Time, conn *pgconn.PgConn) error {
+	s.m.queued.Inc() // before the send: the applier's Dec never comes first
 	for {
 		t := time.NewTimer(time.Until(*nextStatus))
 		select {
@@ -642,10 +646,12 @@ func (s *Stream) enqueue(ctx context.Context, queue chan<- queueItem, it queueIt
 			return nil
 		case <-ctx.Done():
 			t.Stop()
+			s.m.queued.Dec()
 			return context.Cause(ctx)
 		case <-t.C:
 			*nextStatus = time.Now().Add(s.cfg.StatusInterval)
 			if err := s.sendStatus(conn, false); err != nil {
+				s.m.queued.Dec()
 				return err
 			}
 		}
@@ -655,6 +661,7 @@ func (s *Stream) enqueue(ctx context.Context, queue chan<- queueItem, it queueIt
 func (s *Stream) applyLoop(ctx context.Context, queue <-chan queueItem, progressed *atomic.Bool) error {
 	hbr, _ := s.consumer.(Heartbeater)
 	for it := range queue {
+		s.m.queued.Dec()
 		if err := ctx.Err(); err != nil {
 			return context.Cause(ctx)
 		}

@@ -81,6 +81,20 @@ func mainErr(outDir, in, pkgs, run, benchtime string) error {
 			return err
 		}
 		charts[fam[0].Package+" "+fam[0].Family] = name
+		if !bench.Growth(fam) {
+			continue
+		}
+		gname := strings.TrimSuffix(name, ".png") + "-growth.png"
+		g, err := os.Create(filepath.Join(outDir, gname))
+		if err != nil {
+			return err
+		}
+		err = bench.GrowthChart(g, fam)
+		g.Close()
+		if err != nil {
+			return err
+		}
+		charts[fam[0].Package+" "+fam[0].Family+" growth"] = gname
 	}
 	jf, err := os.Create(filepath.Join(outDir, "report.json"))
 	if err != nil {
