@@ -49,6 +49,7 @@ import (
 	"math"
 	"net"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -163,6 +164,20 @@ type Behavior struct {
 	// cores may be booked.
 	Cores    int32
 	MemoryKB int64
+
+	// MemoryGuard makes the host's physical memory (MemoryKB, or
+	// DefaultMemoryKB) real: a frame uses its max RSS (MaxRSSFunc) from
+	// the moment it starts, and when a launch takes the sum of the
+	// running frames' RSS past the host's memory, the frame furthest over
+	// its booking (RSS minus booked memory, the RunFrame's CUE_MEMORY or
+	// else its soft limit) is killed, again until the sum fits, as the
+	// kernel's OOM killer and Cuebot's memory guard (a host under memory
+	// pressure) do. A killed frame completes at once as RQD reports a
+	// killed process (status 1, signal 9) with its max RSS, and
+	// FrameCompletion.MemoryKilled set: the caller stands in for Cuebot,
+	// which marks the frame's exit status 33 (memory failure) before
+	// sending the kill.
+	MemoryGuard bool
 }
 
 // Config is the initial configuration of a Server.
@@ -228,6 +243,9 @@ type FrameCompletion struct {
 	// the reason given.
 	Killed      bool
 	KillMessage string
+	// MemoryKilled is set when the host's memory guard (Behavior.
+	// MemoryGuard) killed the frame.
+	MemoryKilled bool
 	// Report is the FrameCompleteReport a real RQD would send for this
 	// frame.
 	Report *reportpb.FrameCompleteReport
@@ -242,6 +260,7 @@ type hostFrames struct {
 	frames map[string]*runningFrame // by frame id
 	cores  int32                    // centicores booked
 	memKB  int64                    // resident memory reported
+	rssKB  int64                    // actual resident memory (max RSS of every frame)
 }
 
 // memUse is what a frame counts against its host's free memory.
@@ -256,6 +275,17 @@ type runningFrame struct {
 	exitStatus int32
 	exitSignal int32
 	timer      *time.Timer
+}
+
+// bookedKB is the memory the frame was booked with: CUE_MEMORY, as the
+// dispatcher sets it, or else its soft memory limit.
+func (f *runningFrame) bookedKB() int64 {
+	if v, ok := f.rf.GetEnvironment()["CUE_MEMORY"]; ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n
+		}
+	}
+	return f.rf.GetSoftMemoryLimit()
 }
 
 // Server is the fake RQD. Create it with Start and release it with Stop.
@@ -277,6 +307,8 @@ type Server struct {
 	doubles     map[string]struct{}    // see DoubleLaunches
 	launches    []Launch
 	completions []FrameCompletion
+	memKills    int // frames the memory guard killed
+	overcommits int // launches that took a guarded host past its memory
 	stopped     bool
 	callbacks   sync.WaitGroup // OnComplete calls in flight
 }
@@ -432,6 +464,51 @@ func (s *Server) runningOn(host string) []*runningFrame {
 	return out
 }
 
+// MemoryStats returns how many frames the memory guard killed and how many
+// launches took a guarded host's actual RSS past its physical memory.
+func (s *Server) MemoryStats() (kills, overcommits int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.memKills, s.overcommits
+}
+
+// oomVictims picks, on a host whose running frames' RSS exceeds its
+// physical memory, the frames to kill: the one furthest over its booking
+// (ties: the latest started, then the larger frame id), again until the
+// rest fits. Callers hold s.mu.
+func (s *Server) oomVictims(host string, memKB int64) []*runningFrame {
+	h := s.onHost[host]
+	if h == nil || h.rssKB <= memKB {
+		return nil
+	}
+	s.overcommits++
+	frames := s.runningOn(host)
+	sort.SliceStable(frames, func(i, j int) bool {
+		oi, oj := frames[i].maxRSS-frames[i].bookedKB(), frames[j].maxRSS-frames[j].bookedKB()
+		if oi != oj {
+			return oi > oj
+		}
+		if !frames[i].started.Equal(frames[j].started) {
+			return frames[i].started.After(frames[j].started)
+		}
+		return frames[i].rf.GetFrameId() > frames[j].rf.GetFrameId()
+	})
+	var out []*runningFrame
+	left := h.rssKB
+	for _, f := range frames {
+		if left <= memKB {
+			break
+		}
+		out = append(out, f)
+		left -= f.maxRSS
+	}
+	s.memKills += len(out)
+	return out
+}
+
+// memoryKillMessage is the kill reason of a memory-guard kill.
+const memoryKillMessage = "fakerqd: host out of memory: killed the frame furthest over its booked memory"
+
 // Completions returns every completion reported so far, in order.
 func (s *Server) Completions() []FrameCompletion {
 	s.mu.Lock()
@@ -503,6 +580,11 @@ func (s *Server) hostOf(ctx context.Context) (string, error) {
 // finish ends f unless it already ended, records the completion and hands it
 // to OnComplete on a new goroutine.
 func (s *Server) finish(f *runningFrame, killed bool, killMessage string) {
+	s.finishAs(f, killed, false, killMessage)
+}
+
+// finishAs is finish; memoryKill marks a kill by the memory guard.
+func (s *Server) finishAs(f *runningFrame, killed, memoryKill bool, killMessage string) {
 	s.mu.Lock()
 	key := frameKey{f.host, f.rf.GetFrameId()}
 	if s.stopped || s.running[key] != f {
@@ -532,7 +614,7 @@ func (s *Server) finish(f *runningFrame, killed bool, killMessage string) {
 		// status 1, signal 9.
 		c.RunTime = time.Since(f.started)
 		c.ExitStatus, c.ExitSignal = 1, 9
-		c.Killed, c.KillMessage = true, killMessage
+		c.Killed, c.KillMessage, c.MemoryKilled = true, killMessage, memoryKill
 	}
 	info := s.frameInfo(f)
 	info.MaxRss, info.Rss = c.MaxRSSKB, c.MaxRSSKB
@@ -574,6 +656,7 @@ func (s *Server) add(key frameKey, f *runningFrame) {
 	h.frames[key.frameID] = f
 	h.cores += f.rf.GetNumCores()
 	h.memKB += f.memUse()
+	h.rssKB += f.maxRSS
 }
 
 // remove unregisters a frame that ended. Callers hold s.mu.
@@ -583,6 +666,7 @@ func (s *Server) remove(key frameKey) {
 		delete(h.frames, key.frameID)
 		h.cores -= f.rf.GetNumCores()
 		h.memKB -= f.memUse()
+		h.rssKB -= f.maxRSS
 		if len(h.frames) == 0 {
 			delete(s.onHost, key.host)
 		}

@@ -86,6 +86,13 @@ func (s *Server) launch(host string, b Behavior, rf *rqdpb.RunFrame, at time.Tim
 		f = newFrame(host, rf, b, reply != nil, at)
 	}
 
+	var victims []*runningFrame
+	defer func() {
+		// After the lock is released: finish takes it.
+		for _, v := range victims {
+			s.finishAs(v, true, true, memoryKillMessage)
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if f != nil {
@@ -111,6 +118,13 @@ func (s *Server) launch(host string, b Behavior, rf *rqdpb.RunFrame, at time.Tim
 		default:
 			s.add(key, f)
 			f.timer = time.AfterFunc(f.runTime, func() { s.finish(f, false, "") })
+			if b.MemoryGuard {
+				mem := b.MemoryKB
+				if mem <= 0 {
+					mem = DefaultMemoryKB
+				}
+				victims = s.oomVictims(host, mem)
+			}
 		}
 	}
 	code := status.Code(reply)
