@@ -166,6 +166,22 @@ type Scenario struct {
 	// Run seeds the farm in w, starts it (w.Start) and drives the load,
 	// recording metrics with w.Metric.
 	Run func(ctx context.Context, w *World) error
+	// Compare, when set, judges the default run against its comparison
+	// runs (a threshold relative to the run without a feature): it returns
+	// metrics added to the default run's verdict. It is not called when
+	// the variants do not run (NoVariants), and the default run then
+	// notes that its relative thresholds were not judged.
+	Compare func(def Result, variants []Result) []Metric
+}
+
+// Value returns the value of the metric named name, and whether r has it.
+func (r Result) Value(name string) (float64, bool) {
+	for _, m := range r.Metrics {
+		if m.Name == name {
+			return m.Value, true
+		}
+	}
+	return 0, false
 }
 
 // Names lists the scenarios in battery order.
@@ -225,7 +241,31 @@ func (b *Battery) Run(ctx context.Context, s Scenario) []Result {
 			out = append(out, b.runOne(ctx, s, v))
 		}
 	}
+	if s.Compare != nil {
+		if b.opts.NoVariants || len(out) == 1 {
+			out[0].Notes = append(out[0].Notes, "the thresholds relative to the comparison runs were not judged (variants not run)")
+		} else if out[0].Error == "" {
+			ms := s.Compare(out[0], out[1:])
+			var line []string
+			for i := range ms {
+				ms[i].judge()
+				if !ms[i].Pass {
+					out[0].Pass = false
+				}
+				line = append(line, ms[i].String())
+			}
+			out[0].Metrics = append(out[0].Metrics, ms...)
+			b.progress("%s: against %s: %s (verdict %s)", s.Name, out[1].Name(), strings.Join(line, "; "), verdict(out[0].Pass))
+		}
+	}
 	return out
+}
+
+func verdict(pass bool) string {
+	if pass {
+		return "PASS"
+	}
+	return "FAIL"
 }
 
 func (b *Battery) progress(format string, args ...any) {

@@ -178,6 +178,11 @@ type Behavior struct {
 	// which marks the frame's exit status 33 (memory failure) before
 	// sending the kill.
 	MemoryGuard bool
+	// PeakAt is when a guarded frame reaches its max RSS, as a fraction of
+	// its run time (0: at once); before it the frame counts no memory
+	// against the host. A frame that reaches its peak on a host past its
+	// memory is where a real kill happens: partway through the render.
+	PeakAt float64
 }
 
 // Config is the initial configuration of a Server.
@@ -272,6 +277,7 @@ type runningFrame struct {
 	started    time.Time
 	runTime    time.Duration
 	maxRSS     int64
+	rssNow     int64 // what it counts against a guarded host: 0 before its peak, then maxRSS
 	exitStatus int32
 	exitSignal int32
 	timer      *time.Timer
@@ -484,7 +490,7 @@ func (s *Server) oomVictims(host string, memKB int64) []*runningFrame {
 	s.overcommits++
 	frames := s.runningOn(host)
 	sort.SliceStable(frames, func(i, j int) bool {
-		oi, oj := frames[i].maxRSS-frames[i].bookedKB(), frames[j].maxRSS-frames[j].bookedKB()
+		oi, oj := frames[i].rssNow-frames[i].bookedKB(), frames[j].rssNow-frames[j].bookedKB()
 		if oi != oj {
 			return oi > oj
 		}
@@ -500,10 +506,24 @@ func (s *Server) oomVictims(host string, memKB int64) []*runningFrame {
 			break
 		}
 		out = append(out, f)
-		left -= f.maxRSS
+		left -= f.rssNow
 	}
 	s.memKills += len(out)
 	return out
+}
+
+// peak makes a running guarded frame use its max RSS and returns the
+// frames the guard kills then.
+func (s *Server) peak(f *runningFrame, memKB int64) []*runningFrame {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := frameKey{f.host, f.rf.GetFrameId()}
+	if s.stopped || s.running[key] != f || f.rssNow == f.maxRSS {
+		return nil
+	}
+	s.onHost[f.host].rssKB += f.maxRSS - f.rssNow
+	f.rssNow = f.maxRSS
+	return s.oomVictims(f.host, memKB)
 }
 
 // memoryKillMessage is the kill reason of a memory-guard kill.
@@ -656,7 +676,7 @@ func (s *Server) add(key frameKey, f *runningFrame) {
 	h.frames[key.frameID] = f
 	h.cores += f.rf.GetNumCores()
 	h.memKB += f.memUse()
-	h.rssKB += f.maxRSS
+	h.rssKB += f.rssNow
 }
 
 // remove unregisters a frame that ended. Callers hold s.mu.
@@ -666,7 +686,7 @@ func (s *Server) remove(key frameKey) {
 		delete(h.frames, key.frameID)
 		h.cores -= f.rf.GetNumCores()
 		h.memKB -= f.memUse()
-		h.rssKB -= f.maxRSS
+		h.rssKB -= f.rssNow
 		if len(h.frames) == 0 {
 			delete(s.onHost, key.host)
 		}

@@ -695,3 +695,23 @@ func TestMemoryGuard(t *testing.T) {
 		t.Fatalf("kills = %d, want 2", kills)
 	}
 }
+
+// TestMemoryGuardPeak: with PeakAt a frame counts no memory until it
+// reaches its peak partway through its run; the kill comes then.
+func TestMemoryGuardPeak(t *testing.T) {
+	const gb = 1 << 20
+	b := fakerqd.Behavior{RunTime: 2 * time.Second, MemoryKB: 10 * gb, MemoryGuard: true, PeakAt: 0.25,
+		MaxRSSFunc: func(rf *rqdpb.RunFrame) int64 { return 6 * gb }}
+	h := start(t, fakerqd.Config{Default: b})
+	a, c := newFrame(100), newFrame(100)
+	a.Environment["CUE_MEMORY"], c.Environment["CUE_MEMORY"] = fmt.Sprint(4*gb), fmt.Sprint(2*gb)
+	h.mustLaunch(t, "h", a)
+	h.mustLaunch(t, "h", c) // 12 GB once both peak: c (4 GB over) dies at its peak
+	if kills, _ := h.fake.MemoryStats(); kills != 0 {
+		t.Fatalf("killed at launch, before the peak")
+	}
+	got := h.wait(t)
+	if got.FrameID != c.GetFrameId() || !got.MemoryKilled || got.RunTime >= 2*time.Second {
+		t.Fatalf("completion %+v, want c killed at its peak", got)
+	}
+}

@@ -116,13 +116,24 @@ func (s *Server) launch(host string, b Behavior, rf *rqdpb.RunFrame, at time.Tim
 					host, total-booked, total, rf.GetFrameId(), rf.GetNumCores())
 			}
 		default:
+			mem := b.MemoryKB
+			if mem <= 0 {
+				mem = DefaultMemoryKB
+			}
+			peakIn := time.Duration(float64(f.runTime) * b.PeakAt)
+			if !b.MemoryGuard || peakIn <= 0 {
+				f.rssNow = f.maxRSS
+			}
 			s.add(key, f)
 			f.timer = time.AfterFunc(f.runTime, func() { s.finish(f, false, "") })
-			if b.MemoryGuard {
-				mem := b.MemoryKB
-				if mem <= 0 {
-					mem = DefaultMemoryKB
-				}
+			switch {
+			case b.MemoryGuard && peakIn > 0:
+				time.AfterFunc(peakIn, func() {
+					for _, v := range s.peak(f, mem) {
+						s.finishAs(v, true, true, memoryKillMessage)
+					}
+				})
+			case b.MemoryGuard:
 				victims = s.oomVictims(host, mem)
 			}
 		}
