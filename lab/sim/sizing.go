@@ -166,37 +166,68 @@ func runOOM(ctx context.Context, w *World) error {
 	w.MemoryWorld(0.5)
 	w.RunTimes(600*time.Millisecond, 1400*time.Millisecond)
 	// Honest work keeps the farm busy: asks 4 GB, uses ~3 GB.
-	filler := oneCore("comp", w.Opts.scale(1500))
+	filler := oneCore("comp", w.Opts.scale(4000))
 	filler.MemKB = 4 * gb
 	if _, err := w.memLayer(ctx, f.show, "honest", 40, filler, MemProfile{MedianKB: 3 * gb, Sigma: 0.2, CapKB: 4 * gb}); err != nil {
 		return err
 	}
 	sized := map[string]bool{}
 	var ids []string
+	var jobs []farmseed.JobSpec
 	frames := 0
-	for i, need := range []int64{8 * gb, 10 * gb, 12 * gb, 14 * gb} {
-		l := oneCore("render", w.Opts.scale(40))
+	needs := []int64{8 * gb, 10 * gb, 12 * gb, 14 * gb}
+	for i := range needs {
+		l := oneCore("render", w.Opts.scale(100))
 		l.MemKB = 4 * gb
-		ly, err := w.memLayer(ctx, f.show, fmt.Sprintf("under%d", i+1), 60, l,
-			MemProfile{MedianKB: need, Sigma: 0.15, SpikeProb: 0.02, SpikeFactor: 1.5, CapKB: hostMem / 2})
-		if err != nil {
-			return err
-		}
-		sized[ly.ID], ids, frames = true, append(ids, ly.ID), frames+len(ly.Frames)
+		jobs = append(jobs, farmseed.JobSpec{Name: fmt.Sprintf("under%d", i+1), Show: f.show, Facility: w.Facility, Priority: 60,
+			MaxCores: farmseed.Uncapped, Paused: true, Layers: []farmseed.LayerSpec{l}})
+		frames += l.Frames
 	}
-	// A well-sized layer with one frame that needs 5x: killed once, it
-	// must not raise the layer.
+	// A well-sized layer with one frame that needs 12x (48 GB of a 64 GB
+	// host): killed once wherever it lands beside other work, it must not
+	// raise the layer.
 	ol := oneCore("lookdev", w.Opts.scale(60))
 	ol.MemKB = 4 * gb
 	spike := fmt.Sprintf("%04d-lookdev", max(ol.Frames/2, 1))
-	outlier, err := w.memLayer(ctx, f.show, "outlier", 60, ol,
-		MemProfile{MedianKB: 3 * gb, Sigma: 0.1, CapKB: 4 * gb, FrameKB: map[string]int64{spike: 20 * gb}})
-	if err != nil {
-		return err
+	jobs = append(jobs, farmseed.JobSpec{Name: "outlier", Show: f.show, Facility: w.Facility, Priority: 60,
+		MaxCores: farmseed.Uncapped, Paused: true, Layers: []farmseed.LayerSpec{ol}})
+	frames += ol.Frames
+	var outlier farmseed.Layer
+	var jobIDs []string
+	for i, spec := range jobs {
+		j, err := w.Seed.Job(ctx, spec)
+		if err != nil {
+			return err
+		}
+		ly := j.Layers[0]
+		if spec.Name == "outlier" {
+			outlier = ly
+			w.LayerMemory(ly.ID, MemProfile{MedianKB: 3 * gb, Sigma: 0.1, CapKB: 4 * gb, FrameKB: map[string]int64{spike: 48 * gb}})
+		} else {
+			w.LayerMemory(ly.ID, MemProfile{MedianKB: needs[i], Sigma: 0.15, SpikeProb: 0.02, SpikeFactor: 1.5, CapKB: hostMem / 2})
+		}
+		sized[ly.ID], ids, jobIDs = true, append(ids, ly.ID), append(jobIDs, j.ID)
 	}
-	sized[outlier.ID], ids, frames = true, append(ids, outlier.ID), frames+len(outlier.Frames)
 	if err := w.Start(ctx, 0); err != nil {
 		return err
+	}
+	// The honest work fills the farm (sized from its history it books
+	// ~4.4 GB, 14 frames a host); then one job arrives every 2 s.
+	if !w.WaitFor(ctx, w.Patient(90*time.Second), func() bool { return w.fillNow(ctx) >= 0.75 }) {
+		err := fmt.Errorf("the farm did not fill to 75%% within %v (%.0f%%)", w.Patient(90*time.Second), w.fillNow(ctx)*100)
+		booked := map[int64]int{}
+		for _, l := range w.Fake.Launches() {
+			booked[bookedKB(l)/1024]++
+		}
+		return fmt.Errorf("%w (launches by MB booked: %v)", err, booked)
+	}
+	for _, id := range jobIDs {
+		if _, err := w.Pool.Exec(ctx, `UPDATE job SET b_paused = false WHERE pk_job = $1`, id); err != nil {
+			return err
+		}
+		if err := Sleep(ctx, 2*time.Second); err != nil {
+			return err
+		}
 	}
 	done := w.WaitFor(ctx, w.Patient(150*time.Second), func() bool {
 		return w.frameStates(ctx, ids)["SUCCEEDED"] == int64(frames)
@@ -233,6 +264,9 @@ func runOOM(ctx context.Context, w *World) error {
 	w.Metric("outlier layer: largest first-run booking after its kill ÷ before", ratio(after, before), Info, 0, "")
 	w.Note("outlier layer %s killed %d times; first runs booked up to %d MB before its first kill, %d MB after",
 		outlier.Name, layerKills[outlier.ID], before/1024, after/1024)
+	var spikeRSS, spikeReserved int64
+	_ = w.Pool.QueryRow(ctx, `SELECT int_mem_max_used, int_mem_reserved FROM frame WHERE pk_layer = $1 AND str_name = $2`, outlier.ID, spike).Scan(&spikeRSS, &spikeReserved)
+	w.Note("outlier frame %s: max RSS %d MB, last booked %d MB", spike, spikeRSS/1024, spikeReserved/1024)
 	var raised int64
 	_ = w.Pool.QueryRow(ctx, `SELECT max(int_mem_min) FROM layer WHERE pk_layer = ANY($1)`, ids).Scan(&raised)
 	w.Note("largest layer.int_mem_min after Cuebot's ratchet: %d MB (requests were 4096 MB)", raised/1024)
@@ -437,7 +471,11 @@ func runStrandGrow(ctx context.Context, w *World) error {
 	cfg := w.config()
 	w.Metric("frames succeeded", float64(states["SUCCEEDED"]), Equal, float64(len(ly.Frames)), "")
 	if cfg.Sizing.Threadable == config.SizingHistory {
-		w.Metric("first runs at the request before cores are derived (probes)", float64(probes), AtMost, float64(max(cfg.Sizing.ProbeFrames, cfg.Sizing.MinSamples)), "")
+		// At most probe_frames probes run at once until the layer has the
+		// samples it needs (min_samples, at least probe_frames): the
+		// samples plus the probes in flight.
+		need := max(cfg.Sizing.ProbeFrames, cfg.Sizing.MinSamples, 1)
+		w.Metric("first runs at the request before cores are derived (probes)", float64(probes), AtMost, float64(need+cfg.Sizing.ProbeFrames), "")
 		w.Metric("first runs at the derived size", float64(derived), AtLeast, float64(len(ly.Frames)/2), "")
 		w.Metric("derived first runs within ±1 core of round(rss / memory per core)", ratio(int64(within), int64(max(derived, 1))), AtLeast, 1, "")
 	} else {

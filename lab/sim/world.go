@@ -312,8 +312,8 @@ func (w *World) config() config.Config {
 	cfg.Metrics.Listen = ""
 	cfg.Scheduler.Facility = "sim"
 	// Memory sizing on the sim's time scale (frames of a second): a
-	// layer's history read is reused for a second, not 30.
-	cfg.Sizing.HistoryTTL = config.Duration(time.Second)
+	// layer's history read is reused for 250 ms, not 30 s.
+	cfg.Sizing.HistoryTTL = config.Duration(250 * time.Millisecond)
 	for _, f := range w.base {
 		f(&cfg)
 	}
