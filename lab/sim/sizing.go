@@ -168,9 +168,12 @@ func runOOM(ctx context.Context, w *World) error {
 	// Honest work keeps the farm busy: asks 4 GB, uses ~3 GB.
 	filler := oneCore("comp", w.Opts.scale(4000))
 	filler.MemKB = 4 * gb
-	if _, err := w.memLayer(ctx, f.show, "honest", 40, filler, MemProfile{MedianKB: 3 * gb, Sigma: 0.2, CapKB: 4 * gb}); err != nil {
+	honest, err := w.memLayer(ctx, f.show, "honest", 40, filler, MemProfile{MedianKB: 3 * gb, Sigma: 0.2, CapKB: 4 * gb})
+	if err != nil {
 		return err
 	}
+	// Long enough that a loaded machine keeps the farm full of it.
+	w.LayerRunTime(honest.ID, 4*time.Second)
 	sized := map[string]bool{}
 	var ids []string
 	var jobs []farmseed.JobSpec
