@@ -152,7 +152,7 @@ func (w *World) sizingState(ctx context.Context) (bumps map[string]int64, kills 
 	return bumps, kills, err1 == nil && err2 == nil
 }
 
-// runOOM: layers whose frames need 2–3.5x the 4 GB they ask for arrive on
+// runOOM: layers whose frames need 2.5–4x the 4 GB they ask for arrive on
 // a farm busy with honest work; hosts kill the frame furthest over its
 // booking when their frames' RSS exceeds physical memory. Sizing retries a
 // killed frame at its own raised size and raises a layer only after
@@ -165,8 +165,9 @@ func runOOM(ctx context.Context, w *World) error {
 	}
 	w.MemoryWorld(0.5)
 	w.RunTimes(600*time.Millisecond, 1400*time.Millisecond)
-	// Honest work keeps the farm busy: asks 4 GB, uses ~3 GB.
-	filler := oneCore("comp", w.Opts.scale(4000))
+	// Honest work keeps the farm busy for the first half minute or so:
+	// asks 4 GB, uses ~3 GB.
+	filler := oneCore("comp", w.Opts.scale(1000))
 	filler.MemKB = 4 * gb
 	honest, err := w.memLayer(ctx, f.show, "honest", 40, filler, MemProfile{MedianKB: 3 * gb, Sigma: 0.2, CapKB: 4 * gb})
 	if err != nil {
@@ -178,7 +179,7 @@ func runOOM(ctx context.Context, w *World) error {
 	var ids []string
 	var jobs []farmseed.JobSpec
 	frames := 0
-	needs := []int64{8 * gb, 10 * gb, 12 * gb, 14 * gb}
+	needs := []int64{10 * gb, 12 * gb, 14 * gb, 16 * gb}
 	for i := range needs {
 		l := oneCore("render", w.Opts.scale(100))
 		l.MemKB = 4 * gb
@@ -186,9 +187,10 @@ func runOOM(ctx context.Context, w *World) error {
 			MaxCores: farmseed.Uncapped, Paused: true, Layers: []farmseed.LayerSpec{l}})
 		frames += l.Frames
 	}
-	// A well-sized layer with one frame that needs 12x (48 GB of a 64 GB
-	// host): killed once wherever it lands beside other work, it must not
-	// raise the layer.
+	// A well-sized layer with one frame that needs 9x (36 GB of a 64 GB
+	// host): killed once when it lands beside ten or more other frames, it
+	// must not raise the layer; its retry (1.5x its RSS) fits a host once
+	// the honest work has drained.
 	ol := oneCore("lookdev", w.Opts.scale(60))
 	ol.MemKB = 4 * gb
 	spike := fmt.Sprintf("%04d-lookdev", max(ol.Frames/2, 1))
@@ -205,7 +207,7 @@ func runOOM(ctx context.Context, w *World) error {
 		ly := j.Layers[0]
 		if spec.Name == "outlier" {
 			outlier = ly
-			w.LayerMemory(ly.ID, MemProfile{MedianKB: 3 * gb, Sigma: 0.1, CapKB: 4 * gb, FrameKB: map[string]int64{spike: 48 * gb}})
+			w.LayerMemory(ly.ID, MemProfile{MedianKB: 3 * gb, Sigma: 0.1, CapKB: 4 * gb, FrameKB: map[string]int64{spike: 36 * gb}})
 		} else {
 			w.LayerMemory(ly.ID, MemProfile{MedianKB: needs[i], Sigma: 0.15, SpikeProb: 0.02, SpikeFactor: 1.5, CapKB: hostMem / 2})
 		}
@@ -475,10 +477,12 @@ func runStrandGrow(ctx context.Context, w *World) error {
 	w.Metric("frames succeeded", float64(states["SUCCEEDED"]), Equal, float64(len(ly.Frames)), "")
 	if cfg.Sizing.Threadable == config.SizingHistory {
 		// At most probe_frames probes run at once until the layer has the
-		// samples it needs (min_samples, at least probe_frames): the
-		// samples plus the probes in flight.
+		// samples it needs (min_samples, at least probe_frames): those
+		// samples, the probes in flight, and the probes that ended while
+		// the layer's history read was being reused (history_ttl) may
+		// start at the request; unbounded probing starts every frame.
 		need := max(cfg.Sizing.ProbeFrames, cfg.Sizing.MinSamples, 1)
-		w.Metric("first runs at the request before cores are derived (probes)", float64(probes), AtMost, float64(need+cfg.Sizing.ProbeFrames), "")
+		w.Metric("first runs at the request before cores are derived (probes)", float64(probes), AtMost, float64(need+2*cfg.Sizing.ProbeFrames), "")
 		w.Metric("first runs at the derived size", float64(derived), AtLeast, float64(len(ly.Frames)/2), "")
 		w.Metric("derived first runs within ±1 core of round(rss / memory per core)", ratio(int64(within), int64(max(derived, 1))), AtLeast, 1, "")
 	} else {
