@@ -54,7 +54,7 @@ func Scenarios() []Scenario {
 			Variants: []Variant{noReservations, resvFailover}, Run: runReservations},
 		{Name: "LOCALITY", Description: "sustained feed of several multi-frame layers on a busy farm: share of frames placed on a host that last ran the same layer >= 25%.",
 			Variants: []Variant{noLocality}, Run: runLocality},
-		{Name: "OOM", Description: "layers asking 4 GB whose frames need 2.5-4x (lognormal, 2% spikes of 1.5x) and a well-sized layer with one 9x frame, on a busy farm whose hosts kill the frame furthest over its booking when RSS exceeds memory: every killed frame succeeds, no layer is raised on a single kill (cuesched's ledger), kills per 1,000 frames <= half the sizing-off run's.",
+		{Name: "OOM", Description: "six layers asking 4 GB whose frames need 2.5-5x (lognormal, 2% spikes of 1.5x) and a well-sized layer with one 9x frame, on a busy farm whose hosts kill the frame furthest over its booking when RSS exceeds memory: every killed frame succeeds, no layer is raised on a single kill (cuesched's ledger), kills per 1,000 frames <= half the sizing-off run's.",
 			Variants: []Variant{sizingOff}, Compare: compareOOM, Run: runOOM},
 		{Name: "MEMSTRAND", Description: "layers asking 3-5x the memory their frames use, on hosts of 2 GB per core: frames running at once >= 1.5x the sizing-off run, with no more memory kills.",
 			Variants: []Variant{sizingOff}, Compare: compareMemStrand, Run: runMemStrand},

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -152,7 +153,7 @@ func (w *World) sizingState(ctx context.Context) (bumps map[string]int64, kills 
 	return bumps, kills, err1 == nil && err2 == nil
 }
 
-// runOOM: layers whose frames need 2.5–4x the 4 GB they ask for arrive on
+// runOOM: layers whose frames need 2.5–5x the 4 GB they ask for arrive on
 // a farm busy with honest work; hosts kill the frame furthest over its
 // booking when their frames' RSS exceeds physical memory. Sizing retries a
 // killed frame at its own raised size and raises a layer only after
@@ -179,9 +180,9 @@ func runOOM(ctx context.Context, w *World) error {
 	var ids []string
 	var jobs []farmseed.JobSpec
 	frames := 0
-	needs := []int64{10 * gb, 12 * gb, 14 * gb, 16 * gb}
+	needs := []int64{10 * gb, 12 * gb, 14 * gb, 16 * gb, 18 * gb, 20 * gb}
 	for i := range needs {
-		l := oneCore("render", w.Opts.scale(100))
+		l := oneCore("render", w.Opts.scale(60))
 		l.MemKB = 4 * gb
 		jobs = append(jobs, farmseed.JobSpec{Name: fmt.Sprintf("under%d", i+1), Show: f.show, Facility: w.Facility, Priority: 60,
 			MaxCores: farmseed.Uncapped, Paused: true, Layers: []farmseed.LayerSpec{l}})
@@ -217,7 +218,7 @@ func runOOM(ctx context.Context, w *World) error {
 		return err
 	}
 	// The honest work fills the farm (sized from its history it books
-	// ~4.4 GB, 14 frames a host); then one job arrives every 2 s.
+	// ~4.4 GB, 14 frames a host); then one job arrives every 1.5 s.
 	if !w.WaitFor(ctx, w.Patient(90*time.Second), func() bool { return w.fillNow(ctx) >= 0.75 }) {
 		err := fmt.Errorf("the farm did not fill to 75%% within %v (%.0f%%)", w.Patient(90*time.Second), w.fillNow(ctx)*100)
 		booked := map[int64]int{}
@@ -230,7 +231,7 @@ func runOOM(ctx context.Context, w *World) error {
 		if _, err := w.Pool.Exec(ctx, `UPDATE job SET b_paused = false WHERE pk_job = $1`, id); err != nil {
 			return err
 		}
-		if err := Sleep(ctx, 2*time.Second); err != nil {
+		if err := Sleep(ctx, 1500*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -257,6 +258,12 @@ func runOOM(ctx context.Context, w *World) error {
 			layerKills[layer] = n
 		}
 	}
+	names, _ := queryMap[string](ctx, w, `SELECT l.pk_layer, j.str_name FROM layer l JOIN job j ON j.pk_job = l.pk_job WHERE l.pk_layer = ANY($1)`, ids)
+	var per []string
+	for _, id := range ids {
+		per = append(per, fmt.Sprintf("%s %d", names[id], layerKills[id]))
+	}
+	w.Note("memory kills per job: %s", strings.Join(per, ", "))
 	w.Metric("sized frames succeeded", float64(states["SUCCEEDED"]), Equal, float64(frames), "")
 	w.Metric("killed frames that succeeded later", float64(killedOK), Equal, float64(len(killedIDs)), "")
 	w.Metric(mKillsPer1000, float64(sizedKills)*1000/float64(frames), Info, 0, "")
@@ -423,6 +430,9 @@ func compareMemStrand(def Result, vs []Result) []Metric {
 // probes at the request, then books round(rss / memory per core) cores.
 func runStrandGrow(ctx context.Context, w *World) error {
 	const memPerCore = 4 * gb
+	// Threadable sizing is off by default (the probes hold a new layer
+	// back): this scenario measures it switched on.
+	w.Configure(func(c *config.Config) { c.Sizing.Threadable = config.SizingHistory })
 	f, err := w.memFarm(ctx, w.Opts.scale(4), 32, 32*memPerCore)
 	if err != nil {
 		return err
