@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/cuesched/cuesched/shared/config"
-	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
+	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 )
 
 // sizingOff is the comparison run of the sizing scenarios: memory and
