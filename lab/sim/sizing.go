@@ -94,13 +94,11 @@ func (w *World) runningOf(layers map[string]bool) int {
 // concurrency samples how many frames of the layers run at once, from
 // `from` seconds after Start on.
 type concurrency struct {
-	mu       sync.Mutex
-	sum      float64
-	n        int
-	peak     int
-	from     float64
-	overKB   int64 // largest actual-RSS overcommit of a host seen (KB)
-	overSeen int
+	mu   sync.Mutex
+	sum  float64
+	n    int
+	peak int
+	from float64
 }
 
 func (c *concurrency) mean() float64 {
