@@ -166,9 +166,9 @@ type Scenario struct {
 	Fast bool
 	// Explicit scenarios run only when named (not in "all"): SCALE.
 	Explicit bool
-	// Compare, when set, adds to the default run's result what the runs
+	// Summarize, when set, adds to the default run's result what the runs
 	// say together (SCALE: per-frame cost against the 1/10 farm).
-	Compare func([]Result)
+	Summarize func([]Result)
 	// NotBuilt names the open issue whose capability the scenario needs;
 	// the scenario is then reported as FAIL with that note, never skipped.
 	NotBuilt string
@@ -176,6 +176,22 @@ type Scenario struct {
 	// Run seeds the farm in w, starts it (w.Start) and drives the load,
 	// recording metrics with w.Metric.
 	Run func(ctx context.Context, w *World) error
+	// Compare, when set, judges the default run against its comparison
+	// runs (a threshold relative to the run without a feature): it returns
+	// metrics added to the default run's verdict. It is not called when
+	// the variants do not run (NoVariants), and the default run then
+	// notes that its relative thresholds were not judged.
+	Compare func(def Result, variants []Result) []Metric
+}
+
+// Value returns the value of the metric named name, and whether r has it.
+func (r Result) Value(name string) (float64, bool) {
+	for _, m := range r.Metrics {
+		if m.Name == name {
+			return m.Value, true
+		}
+	}
+	return 0, false
 }
 
 // Names lists the scenarios in battery order.
@@ -246,15 +262,39 @@ func (b *Battery) Run(ctx context.Context, s Scenario) []Result {
 			out = append(out, b.runOne(ctx, s, v))
 		}
 	}
-	if s.Compare != nil {
-		s.Compare(out)
+	if s.Summarize != nil {
+		s.Summarize(out)
 		out[0].Pass = out[0].Error == "" && len(out[0].Metrics) > 0
 		for i := range out[0].Metrics {
 			out[0].Metrics[i].judge()
 			out[0].Pass = out[0].Pass && out[0].Metrics[i].Pass
 		}
 	}
+	if s.Compare != nil {
+		if b.opts.NoVariants || len(out) == 1 {
+			out[0].Notes = append(out[0].Notes, "the thresholds relative to the comparison runs were not judged (variants not run)")
+		} else if out[0].Error == "" {
+			ms := s.Compare(out[0], out[1:])
+			var line []string
+			for i := range ms {
+				ms[i].judge()
+				if !ms[i].Pass {
+					out[0].Pass = false
+				}
+				line = append(line, ms[i].String())
+			}
+			out[0].Metrics = append(out[0].Metrics, ms...)
+			b.progress("%s: against %s: %s (verdict %s)", s.Name, out[1].Name(), strings.Join(line, "; "), verdict(out[0].Pass))
+		}
+	}
 	return out
+}
+
+func verdict(pass bool) string {
+	if pass {
+		return "PASS"
+	}
+	return "FAIL"
 }
 
 func (b *Battery) progress(format string, args ...any) {

@@ -85,6 +85,7 @@ type World struct {
 	runtime  sync.Map // layer id -> time.Duration
 	launches sync.Map // frame id -> *atomic.Int64 (launches seen, for the run-time draw)
 	outcome  sync.Map // layer id -> Outcome
+	mem      memWorld
 
 	Fake *fakerqd.Server
 	Emu  *cuebotemu.Emulator
@@ -235,26 +236,29 @@ func frameDraw(seed int64, job, frame string, attempt int64) uint64 {
 // Outcome decides how a frame of a layer ends, given the memory it was
 // booked with (KB): exit status 0 (success), 1 (a failure Cuebot retries
 // until int_max_retries, then DEAD) or 33 (a memory kill: Cuebot retries
-// it whatever its retries, and the world raises the layer's memory as
-// Cuebot does), with the max RSS reported.
+// it whatever its retries and raises the layer's memory), with the max RSS
+// reported.
 type Outcome func(reservedKB int64) (exitStatus int32, maxRSSKB int64)
 
 // LayerOutcome sets how the frames of one layer end (default: success).
 func (w *World) LayerOutcome(layerID string, o Outcome) { w.outcome.Store(layerID, o) }
 
-// minMemoryIncrease is Cuebot's default int_min_memory_increase (2 GB):
-// after a memory kill the layer asks for the frame's max RSS plus this.
+// minMemoryIncrease is Cuebot's default int_min_memory_increase (2 GB,
+// service.int_min_memory_increase).
 const minMemoryIncrease = 2 * 1048576
 
-// complete hands a fake RQD completion to the Cuebot emulator, with the
-// outcome the layer's Outcome gives, and after a memory kill raises the
-// layer's memory to the frame's max RSS plus minMemoryIncrease, as Cuebot
-// does before the retry.
+// complete hands a fake RQD completion to the Cuebot emulator as Cuebot's
+// completion path sees it: a frame the hosts' memory guard killed is first
+// marked exit status 33 (Cuebot's memory guard does so before its kill),
+// a layer with an Outcome ends as it says. After a memory failure the
+// layer's memory is raised as Cuebot's FrameCompleteHandler does before
+// the retry (retryFrameWithRaisedMemory): to the memory the killed proc
+// had reserved plus int_min_memory_increase, never lowered.
 func (w *World) complete(ctx context.Context) func(fakerqd.FrameCompletion) {
 	cb := w.Emu.FakeRQDCallback(ctx, func(fakerqd.FrameCompletion, error) {})
 	return func(fc fakerqd.FrameCompletion) {
-		v, ok := w.outcome.Load(fc.LayerID)
-		if !ok {
+		v, hasOutcome := w.outcome.Load(fc.LayerID)
+		if !hasOutcome && !fc.MemoryKilled {
 			cb(fc)
 			return
 		}
@@ -263,12 +267,21 @@ func (w *World) complete(ctx context.Context) func(fakerqd.FrameCompletion) {
 			cb(fc)
 			return
 		}
-		fc.ExitStatus, fc.MaxRSSKB = v.(Outcome)(reserved)
-		fc.ExitSignal = 0
+		memoryFailure := fc.MemoryKilled
+		if fc.MemoryKilled {
+			w.recordKill(fc)
+			if _, err := w.Emu.MarkMemoryKill(ctx, fc.FrameID); err != nil && ctx.Err() == nil {
+				w.Note("mark memory kill: %v", err)
+			}
+		} else {
+			fc.ExitStatus, fc.MaxRSSKB = v.(Outcome)(reserved)
+			fc.ExitSignal = 0
+			memoryFailure = fc.ExitStatus == cuebotemu.ExitMemoryFailure
+		}
 		cb(fc)
-		if fc.ExitStatus == cuebotemu.ExitMemoryFailure {
-			_, _ = w.Pool.Exec(ctx, `UPDATE layer SET int_mem_min = GREATEST(int_mem_min, $2::bigint + $3::bigint) WHERE pk_layer = $1`,
-				fc.LayerID, fc.MaxRSSKB, minMemoryIncrease)
+		if memoryFailure {
+			_, _ = w.Pool.Exec(ctx, `UPDATE layer SET int_mem_min = $2 WHERE pk_layer = $1 AND int_mem_min < $2`,
+				fc.LayerID, reserved+minMemoryIncrease)
 		}
 	}
 }
@@ -319,6 +332,9 @@ func (w *World) config() config.Config {
 	cfg.Queue.WaitingStatsInterval = 0
 	cfg.Metrics.Listen = ""
 	cfg.Scheduler.Facility = "sim"
+	// Memory sizing on the sim's time scale (frames of a second): a
+	// layer's history read is reused for 250 ms, not 30 s.
+	cfg.Sizing.HistoryTTL = config.Duration(250 * time.Millisecond)
 	return w.finishConfig(cfg)
 }
 
@@ -397,15 +413,20 @@ func (w *World) Start(ctx context.Context, n int) error {
 	if err := w.loadCapacity(ctx); err != nil {
 		return err
 	}
+	def := fakerqd.Behavior{RunTimeFunc: w.runTimeOf, MaxRSSFunc: w.rssOf}
+	hosts, err := w.hostBehaviors(ctx, def)
+	if err != nil {
+		return err
+	}
 	fc := fakerqd.Config{
-		Default:    fakerqd.Behavior{RunTimeFunc: w.runTimeOf},
+		Default:    def,
+		Hosts:      hosts,
 		OnComplete: w.complete(rctx),
 		Capacity:   w.capacity,
 	}
 	if w.scale {
 		fc.HistoryLimit = 10000
 	}
-	var err error
 	w.Fake, err = fakerqd.Start(fc)
 	if err != nil {
 		return err

@@ -64,6 +64,10 @@
 //   - HostDown is Cuebot losing a host: host_stat DOWN, then every proc of
 //     the host released and its frame returned to WAITING with exit status
 //     399 (DOWN_HOST).
+//   - MarkMemoryKill is Cuebot's memory guard marking a frame it is about
+//     to kill for memory (exit status 33, version + 1); the completion that
+//     follows (RQD's ordinary kill, status 1 / signal 9) is then a memory
+//     failure: retried past the frame's retries, 33 kept.
 //   - FakeRQDCallback adapts the emulator to fakerqd.Config.OnComplete.
 //
 // Every transaction is retried a few times on deadlock or serialization

@@ -724,6 +724,27 @@ func (e *Emulator) Book(ctx context.Context, b Booking) (string, error) {
 	return b.ProcID, nil
 }
 
+// MarkMemoryKill is what Cuebot's memory guard writes before it asks RQD to
+// kill a frame for memory (DispatchSupport.updateFrameMemoryError): the
+// frame's exit status becomes 33 (memory failure) and its version moves
+// on. RQD then reports an ordinary kill (status 1, signal 9), and the
+// completion path, seeing the stored 33, retries the frame whatever its
+// retries and keeps 33 as its exit status. It reports whether the frame
+// existed.
+func (e *Emulator) MarkMemoryKill(ctx context.Context, frameID string) (bool, error) {
+	var tag pgconn.CommandTag
+	err := e.retry(ctx, func() error {
+		var err error
+		tag, err = e.pool.Exec(ctx, `UPDATE frame SET int_exit_status = $2, int_version = int_version + 1 WHERE pk_frame = $1`,
+			frameID, ExitMemoryFailure)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("mark memory kill of frame %s: %w", frameID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
 // KillFrame is Cuebot clearing a running frame without a report from RQD
 // (the lost-proc path with exit status 299, FRAME_CLEARED): the frame's proc
 // is released, then the frame goes back to WAITING.

@@ -353,6 +353,36 @@ func TestMemoryFailureRetriesPastMax(t *testing.T) {
 	}
 }
 
+// TestMemoryGuardKill: Cuebot's memory guard marks the frame 33 before the
+// kill, RQD reports an ordinary kill (status 1, signal 9): the frame is
+// retried past its retries, keeps 33, and its max RSS reaches the frame and
+// layer_mem.
+func TestMemoryGuardKill(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	f := e.farm(t, false, 1, 0) // no retries at all
+	proc := e.book(t, f, f.frames[0], 100)
+	if ok, err := e.emu.MarkMemoryKill(e.ctx, f.frames[0]); err != nil || !ok {
+		t.Fatalf("mark memory kill: %v %v", ok, err)
+	}
+	const rss = 9 << 20
+	if err := e.emu.Complete(e.ctx, cuebotemu.Completion{FrameID: f.frames[0], ProcID: proc, ExitStatus: 1, ExitSignal: 9, MaxRSSKB: rss}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.str(t, `SELECT str_state FROM frame WHERE pk_frame = $1`, f.frames[0]); got != "WAITING" {
+		t.Fatalf("memory-killed frame state %s, want WAITING", got)
+	}
+	if got := e.int(t, `SELECT int_exit_status FROM frame WHERE pk_frame = $1`, f.frames[0]); got != cuebotemu.ExitMemoryFailure {
+		t.Fatalf("exit status %d, want 33", got)
+	}
+	if got := e.int(t, `SELECT int_mem_max_used FROM frame WHERE pk_frame = $1`, f.frames[0]); got != rss {
+		t.Fatalf("int_mem_max_used %d", got)
+	}
+	if got := e.int(t, `SELECT int_max_rss FROM layer_mem WHERE pk_layer = $1`, f.layer); got != rss {
+		t.Fatalf("layer_mem.int_max_rss %d", got)
+	}
+}
+
 func TestStaleAndOrphanReports(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

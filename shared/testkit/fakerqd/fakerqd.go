@@ -49,6 +49,7 @@ import (
 	"math"
 	"net"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -163,6 +164,25 @@ type Behavior struct {
 	// cores may be booked.
 	Cores    int32
 	MemoryKB int64
+
+	// MemoryGuard makes the host's physical memory (MemoryKB, or
+	// DefaultMemoryKB) real: a frame uses its max RSS (MaxRSSFunc) from
+	// the moment it starts, and when a launch takes the sum of the
+	// running frames' RSS past the host's memory, the frame furthest over
+	// its booking (RSS minus booked memory, the RunFrame's CUE_MEMORY or
+	// else its soft limit) is killed, again until the sum fits, as the
+	// kernel's OOM killer and Cuebot's memory guard (a host under memory
+	// pressure) do. A killed frame completes at once as RQD reports a
+	// killed process (status 1, signal 9) with its max RSS, and
+	// FrameCompletion.MemoryKilled set: the caller stands in for Cuebot,
+	// which marks the frame's exit status 33 (memory failure) before
+	// sending the kill.
+	MemoryGuard bool
+	// PeakAt is when a guarded frame reaches its max RSS, as a fraction of
+	// its run time (0: at once); before it the frame counts no memory
+	// against the host. A frame that reaches its peak on a host past its
+	// memory is where a real kill happens: partway through the render.
+	PeakAt float64
 }
 
 // Config is the initial configuration of a Server.
@@ -254,6 +274,9 @@ type FrameCompletion struct {
 	// the reason given.
 	Killed      bool
 	KillMessage string
+	// MemoryKilled is set when the host's memory guard (Behavior.
+	// MemoryGuard) killed the frame.
+	MemoryKilled bool
 	// Report is the FrameCompleteReport a real RQD would send for this
 	// frame.
 	Report *reportpb.FrameCompleteReport
@@ -269,6 +292,7 @@ type hostFrames struct {
 	cores  int32                    // centicores booked
 	gpus   int32
 	memKB  int64 // resident memory reported
+	rssKB  int64 // actual resident memory (max RSS of every frame)
 }
 
 // memUse is what a frame counts against its host's free memory.
@@ -280,10 +304,22 @@ type runningFrame struct {
 	started    time.Time
 	runTime    time.Duration
 	maxRSS     int64
+	rssNow     int64 // what it counts against a guarded host: 0 before its peak, then maxRSS
 	exitStatus int32
 	exitSignal int32
 	due        time.Time // started + runTime
 	slot       int       // index in Server.ends, -1 when not there
+}
+
+// bookedKB is the memory the frame was booked with: CUE_MEMORY, as the
+// dispatcher sets it, or else its soft memory limit.
+func (f *runningFrame) bookedKB() int64 {
+	if v, ok := f.rf.GetEnvironment()["CUE_MEMORY"]; ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n
+		}
+	}
+	return f.rf.GetSoftMemoryLimit()
 }
 
 // Server is the fake RQD. Create it with Start and release it with Stop.
@@ -314,6 +350,8 @@ type Server struct {
 	totals      Totals
 	overbooked  []Overbooking // the first few (see Overbooked)
 	overCount   int
+	memKills    int // frames the memory guard killed
+	overcommits int // launches that took a guarded host past its memory
 	stopped     bool
 	callbacks   sync.WaitGroup // OnComplete calls in flight
 }
@@ -501,6 +539,65 @@ func (s *Server) runningOn(host string) []*runningFrame {
 	return out
 }
 
+// MemoryStats returns how many frames the memory guard killed and how many
+// launches took a guarded host's actual RSS past its physical memory.
+func (s *Server) MemoryStats() (kills, overcommits int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.memKills, s.overcommits
+}
+
+// oomVictims picks, on a host whose running frames' RSS exceeds its
+// physical memory, the frames to kill: the one furthest over its booking
+// (ties: the latest started, then the larger frame id), again until the
+// rest fits. Callers hold s.mu.
+func (s *Server) oomVictims(host string, memKB int64) []*runningFrame {
+	h := s.onHost[host]
+	if h == nil || h.rssKB <= memKB {
+		return nil
+	}
+	s.overcommits++
+	frames := s.runningOn(host)
+	sort.SliceStable(frames, func(i, j int) bool {
+		oi, oj := frames[i].rssNow-frames[i].bookedKB(), frames[j].rssNow-frames[j].bookedKB()
+		if oi != oj {
+			return oi > oj
+		}
+		if !frames[i].started.Equal(frames[j].started) {
+			return frames[i].started.After(frames[j].started)
+		}
+		return frames[i].rf.GetFrameId() > frames[j].rf.GetFrameId()
+	})
+	var out []*runningFrame
+	left := h.rssKB
+	for _, f := range frames {
+		if left <= memKB {
+			break
+		}
+		out = append(out, f)
+		left -= f.rssNow
+	}
+	s.memKills += len(out)
+	return out
+}
+
+// peak makes a running guarded frame use its max RSS and returns the
+// frames the guard kills then.
+func (s *Server) peak(f *runningFrame, memKB int64) []*runningFrame {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := frameKey{f.host, f.rf.GetFrameId()}
+	if s.stopped || s.running[key] != f || f.rssNow == f.maxRSS {
+		return nil
+	}
+	s.onHost[f.host].rssKB += f.maxRSS - f.rssNow
+	f.rssNow = f.maxRSS
+	return s.oomVictims(f.host, memKB)
+}
+
+// memoryKillMessage is the kill reason of a memory-guard kill.
+const memoryKillMessage = "fakerqd: host out of memory: killed the frame furthest over its booked memory"
+
 // Completions returns every completion reported so far, in order.
 func (s *Server) Completions() []FrameCompletion {
 	s.mu.Lock()
@@ -574,6 +671,11 @@ func (s *Server) hostOf(ctx context.Context) (string, error) {
 // finish ends f unless it already ended, records the completion and hands it
 // to OnComplete on a new goroutine.
 func (s *Server) finish(f *runningFrame, killed bool, killMessage string) {
+	s.finishAs(f, killed, false, killMessage)
+}
+
+// finishAs is finish; memoryKill marks a kill by the memory guard.
+func (s *Server) finishAs(f *runningFrame, killed, memoryKill bool, killMessage string) {
 	s.mu.Lock()
 	key := frameKey{f.host, f.rf.GetFrameId()}
 	if s.stopped || s.running[key] != f {
@@ -603,7 +705,7 @@ func (s *Server) finish(f *runningFrame, killed bool, killMessage string) {
 		// status 1, signal 9.
 		c.RunTime = time.Since(f.started)
 		c.ExitStatus, c.ExitSignal = 1, 9
-		c.Killed, c.KillMessage = true, killMessage
+		c.Killed, c.KillMessage, c.MemoryKilled = true, killMessage, memoryKill
 	}
 	info := s.frameInfo(f)
 	info.MaxRss, info.Rss = c.MaxRSSKB, c.MaxRSSKB
@@ -659,6 +761,7 @@ func (s *Server) add(key frameKey, f *runningFrame) {
 			}
 		}
 	}
+	h.rssKB += f.rssNow
 }
 
 // remove unregisters a frame that ended. Callers hold s.mu.
@@ -673,6 +776,7 @@ func (s *Server) remove(key frameKey) {
 		s.totals.Ended++
 		s.totals.Centicores -= int64(f.rf.GetNumCores())
 		s.totals.GPUs -= int64(f.rf.GetNumGpus())
+		h.rssKB -= f.rssNow
 		if len(h.frames) == 0 {
 			delete(s.onHost, key.host)
 		}

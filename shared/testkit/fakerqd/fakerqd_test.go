@@ -644,3 +644,74 @@ func TestOnLaunchNoHistoryListen(t *testing.T) {
 		t.Errorf("RunningCount %d, want 1", n)
 	}
 }
+
+// TestMemoryGuard: frames use their max RSS from the start; a launch that
+// takes a guarded host's RSS past its memory kills the frame furthest over
+// its booking (CUE_MEMORY), reported as RQD reports a killed process
+// (status 1, signal 9) with its max RSS and MemoryKilled; an unguarded host
+// never kills.
+func TestMemoryGuard(t *testing.T) {
+	const gb = 1 << 20
+	rss := map[string]int64{}
+	var mu sync.Mutex
+	b := fakerqd.Behavior{RunTime: time.Hour, MemoryKB: 10 * gb, MemoryGuard: true,
+		MaxRSSFunc: func(rf *rqdpb.RunFrame) int64 { mu.Lock(); defer mu.Unlock(); return rss[rf.GetFrameId()] }}
+	h := start(t, fakerqd.Config{Default: b, Hosts: map[string]fakerqd.Behavior{"free": {RunTime: time.Hour, MemoryKB: 10 * gb, MaxRSSFunc: b.MaxRSSFunc}}})
+	frame := func(booked, used int64) *rqdpb.RunFrame {
+		rf := newFrame(100)
+		rf.Environment["CUE_MEMORY"] = fmt.Sprint(booked)
+		mu.Lock()
+		rss[rf.GetFrameId()] = used
+		mu.Unlock()
+		return rf
+	}
+	honest := frame(4*gb, 4*gb) // uses what it booked
+	greedy := frame(2*gb, 5*gb) // 3 GB over its booking
+	h.mustLaunch(t, "guarded", honest)
+	h.mustLaunch(t, "guarded", greedy) // 9 GB of 10: fits
+	h.expectNoCompletion(t, 100*time.Millisecond)
+	late := frame(2*gb, 3*gb) // 12 GB: the greedy frame (3 GB over) dies, not the newest (1 GB over)
+	h.mustLaunch(t, "guarded", late)
+	c := h.wait(t)
+	if c.FrameID != greedy.GetFrameId() || !c.Killed || !c.MemoryKilled || c.ExitStatus != 1 || c.ExitSignal != 9 ||
+		c.MaxRSSKB != 5*gb || c.Report.GetFrame().GetMaxRss() != 5*gb {
+		t.Fatalf("memory kill = %+v (greedy %s)", c, greedy.GetFrameId())
+	}
+	h.expectNoCompletion(t, 100*time.Millisecond) // 7 GB left: fits
+	if kills, over := h.fake.MemoryStats(); kills != 1 || over != 1 {
+		t.Fatalf("memory stats = %d kills, %d overcommits; want 1, 1", kills, over)
+	}
+	// A frame that alone exceeds the host: it is the one killed.
+	huge := frame(gb, 9*gb)
+	h.mustLaunch(t, "guarded", huge)
+	if c := h.wait(t); c.FrameID != huge.GetFrameId() || !c.MemoryKilled {
+		t.Fatalf("killed %s, want the huge frame", c.FrameID)
+	}
+	// Without the guard the host overcommits silently.
+	h.mustLaunch(t, "free", frame(gb, 9*gb))
+	h.mustLaunch(t, "free", frame(gb, 9*gb))
+	h.expectNoCompletion(t, 100*time.Millisecond)
+	if kills, _ := h.fake.MemoryStats(); kills != 2 {
+		t.Fatalf("kills = %d, want 2", kills)
+	}
+}
+
+// TestMemoryGuardPeak: with PeakAt a frame counts no memory until it
+// reaches its peak partway through its run; the kill comes then.
+func TestMemoryGuardPeak(t *testing.T) {
+	const gb = 1 << 20
+	b := fakerqd.Behavior{RunTime: 2 * time.Second, MemoryKB: 10 * gb, MemoryGuard: true, PeakAt: 0.25,
+		MaxRSSFunc: func(rf *rqdpb.RunFrame) int64 { return 6 * gb }}
+	h := start(t, fakerqd.Config{Default: b})
+	a, c := newFrame(100), newFrame(100)
+	a.Environment["CUE_MEMORY"], c.Environment["CUE_MEMORY"] = fmt.Sprint(4*gb), fmt.Sprint(2*gb)
+	h.mustLaunch(t, "h", a)
+	h.mustLaunch(t, "h", c) // 12 GB once both peak: c (4 GB over) dies at its peak
+	if kills, _ := h.fake.MemoryStats(); kills != 0 {
+		t.Fatalf("killed at launch, before the peak")
+	}
+	got := h.wait(t)
+	if got.FrameID != c.GetFrameId() || !got.MemoryKilled || got.RunTime >= 2*time.Second {
+		t.Fatalf("completion %+v, want c killed at its peak", got)
+	}
+}

@@ -84,6 +84,13 @@ func (s *Server) launch(host string, b Behavior, rf *rqdpb.RunFrame, at time.Tim
 		f = newFrame(host, rf, b, reply != nil, at)
 	}
 
+	var victims []*runningFrame
+	defer func() {
+		// After the lock is released: finish takes it.
+		for _, v := range victims {
+			s.finishAs(v, true, true, memoryKillMessage)
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if f != nil {
@@ -107,8 +114,26 @@ func (s *Server) launch(host string, b Behavior, rf *rqdpb.RunFrame, at time.Tim
 					host, total-booked, total, rf.GetFrameId(), rf.GetNumCores())
 			}
 		default:
+			mem := b.MemoryKB
+			if mem <= 0 {
+				mem = DefaultMemoryKB
+			}
+			peakIn := time.Duration(float64(f.runTime) * b.PeakAt)
+			if !b.MemoryGuard || peakIn <= 0 {
+				f.rssNow = f.maxRSS
+			}
 			s.add(key, f)
 			s.schedule(f)
+			switch {
+			case b.MemoryGuard && peakIn > 0:
+				time.AfterFunc(peakIn, func() {
+					for _, v := range s.peak(f, mem) {
+						s.finishAs(v, true, true, memoryKillMessage)
+					}
+				})
+			case b.MemoryGuard:
+				victims = s.oomVictims(host, mem)
+			}
 		}
 	}
 	code := status.Code(reply)
