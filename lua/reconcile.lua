@@ -120,7 +120,7 @@ end
 for i = first_drop, #ARGV do
   local id = ARGV[i]
   local rk = 'acct:proc:' .. id
-  local r = redis.call('HMGET', rk, 'sub', 'folder', 'job', 'layer', 'point', 'cores', 'gpus', 'show', 'seq', 'ts', 'rg')
+  local r = redis.call('HMGET', rk, 'sub', 'folder', 'job', 'layer', 'point', 'cores', 'gpus', 'show', 'seq', 'ts', 'rg', 'host', 'seats')
   if not r[8] then
     redis.call('SREM', KEYS[2], id) -- dangling member
   elseif r[8] == show then
@@ -135,6 +135,12 @@ for i = first_drop, #ARGV do
         if r[j] then
           move(r[j], -c, -g, counted)
           drift[j] = drift[j] + c
+        end
+      end
+      if r[12] and r[13] then
+        for lim in string.gmatch(r[13], '[^,]+') do
+          local sk = 'acct:seat:' .. lim
+          if redis.call('HINCRBY', sk, r[12], -1) <= 0 then redis.call('HDEL', sk, r[12]) end
         end
       end
       redis.call('DEL', rk)
