@@ -1,0 +1,213 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cuesched/cuesched/scheduler/explain"
+	"github.com/cuesched/cuesched/shared/config"
+)
+
+// noSeatPacking is LICENSE without seat packing: hosts in the cache's
+// order, the booking script refusing hosts without a seat.
+var noSeatPacking = Variant{Name: "no seat packing", Config: func(c *config.Config) { c.Queue.SeatPacking = false }}
+
+// licenseSeats is LICENSE's K; licenseHostCores the cores of each host.
+const (
+	licenseSeats     = 3
+	licenseHostCores = 8
+)
+
+// runLicense: a node-locked limit of K seats on a layer of one-core frames
+// (8 fit a host), beside lower-priority filler that keeps every host busy.
+// Seats in use (hosts running a licensed frame, on the render nodes and in
+// Redis) never exceed K, and the licensed frames run at >= 0.8x what K
+// hosts' slots allow.
+func runLicense(ctx context.Context, w *World) error {
+	f, err := w.basicFarm(ctx, w.Opts.scale(10), licenseHostCores)
+	if err != nil {
+		return err
+	}
+	w.RunTimes(3*time.Second, 5*time.Second)
+	lim, err := w.Seed.Limit(ctx, "houdini", licenseSeats)
+	if err != nil {
+		return err
+	}
+	if err := w.Seed.LimitPerHost(ctx, lim, true); err != nil {
+		return err
+	}
+	l := oneCore("sim", w.Opts.scale(3000))
+	l.Limits = []string{lim}
+	lic, err := w.job(ctx, f.show, "licensed", 90, l)
+	if err != nil {
+		return err
+	}
+	if _, err := w.job(ctx, f.show, "filler", 10, oneCore("render", w.Opts.scale(6000))); err != nil {
+		return err
+	}
+	if err := w.Start(ctx, 0); err != nil {
+		return err
+	}
+	// Ground truth: hosts running a licensed frame on the fake RQD, and
+	// the seats the booking script holds.
+	var peakHosts, peakSeats float64
+	var sum, n float64
+	measuring := false
+	w.Sample(func(ctx context.Context, _ float64) {
+		hosts, frames := w.licensedOnNodes(ctx, lic.Layers[0].ID)
+		peakHosts = max(peakHosts, float64(hosts))
+		if hs, err := w.Pub.SeatHosts(ctx, lim); err == nil {
+			peakSeats = max(peakSeats, float64(len(hs)))
+		}
+		if measuring {
+			sum += float64(frames)
+			n++
+		}
+	})
+	if err := w.settle(ctx, 0.9); err != nil {
+		return err
+	}
+	if err := Sleep(ctx, 5*time.Second); err != nil {
+		return err
+	}
+	measuring = true
+	d0 := w.Int(ctx, `SELECT count(*) FROM frame WHERE pk_job = $1 AND str_state = 'SUCCEEDED'`, lic.ID)
+	if err := Sleep(ctx, 30*time.Second); err != nil {
+		return err
+	}
+	measuring = false
+	d1 := w.Int(ctx, `SELECT count(*) FROM frame WHERE pk_job = $1 AND str_state = 'SUCCEEDED'`, lic.ID)
+	slots := float64(licenseSeats * licenseHostCores)
+	mean := 0.0
+	if n > 0 {
+		mean = sum / n
+	}
+	w.Metric("peak hosts running a licensed frame (render nodes)", peakHosts, AtMost, licenseSeats, "")
+	w.Metric("peak seats held (booking script)", peakSeats, AtMost, licenseSeats, "")
+	w.Metric("licensed frames running ÷ K hosts' slots (mean over 30 s)", mean/slots, AtLeast, 0.8, "x")
+	w.Note("K = %d seats x %d slots; licensed completions in the window %d; mean running %.1f", licenseSeats, licenseHostCores, d1-d0, mean)
+	return nil
+}
+
+// licensedOnNodes counts the hosts running a frame of layer on the fake RQD
+// and the frames.
+func (w *World) licensedOnNodes(ctx context.Context, layer string) (hosts, frames int) {
+	names, err := queryList[string](ctx, w, `SELECT str_name FROM host`)
+	if err != nil {
+		return 0, 0
+	}
+	for _, h := range names {
+		k := 0
+		for _, rf := range w.Fake.Running(h) {
+			if rf.GetLayerId() == layer {
+				k++
+			}
+		}
+		if k > 0 {
+			hosts++
+			frames += k
+		}
+	}
+	return hosts, frames
+}
+
+// runLicenseNoHosts: a licensed layer whose node-locked limit has 0 seats
+// and one no host can take (a tag no host carries), beside healthy work
+// measured against the same farm without them: nothing wedges, the healthy
+// work keeps its rate, and explain says why each licensed layer waits.
+func runLicenseNoHosts(ctx context.Context, w *World) error {
+	f, err := w.basicFarm(ctx, w.Opts.scale(6), 8)
+	if err != nil {
+		return err
+	}
+	w.RunTimes(time.Second, 2*time.Second)
+	zero, err := w.Seed.Limit(ctx, "nuke_zero", 0)
+	if err != nil {
+		return err
+	}
+	if err := w.Seed.LimitPerHost(ctx, zero, true); err != nil {
+		return err
+	}
+	seats, err := w.Seed.Limit(ctx, "katana", 2)
+	if err != nil {
+		return err
+	}
+	if err := w.Seed.LimitPerHost(ctx, seats, true); err != nil {
+		return err
+	}
+	healthy, err := w.job(ctx, f.show, "healthy", 50, oneCore("render", w.Opts.scale(4000)))
+	if err != nil {
+		return err
+	}
+	done := func() int64 {
+		return w.Int(ctx, `SELECT count(*) FROM frame WHERE pk_job = $1 AND str_state = 'SUCCEEDED'`, healthy.ID)
+	}
+	if err := w.Start(ctx, 0); err != nil {
+		return err
+	}
+	if err := w.settle(ctx, 0.9); err != nil {
+		return err
+	}
+	const window = 20 * time.Second
+	d0 := done()
+	if err := Sleep(ctx, window); err != nil {
+		return err
+	}
+	d1 := done()
+	// The licensed work arrives at a higher priority.
+	lz := oneCore("comp", 500)
+	lz.Limits = []string{zero}
+	jz, err := w.job(ctx, f.show, "licence_zero", 90, lz)
+	if err != nil {
+		return err
+	}
+	lt := oneCore("comp", 500)
+	lt.Limits, lt.Tags = []string{seats}, []string{"nohost"}
+	jt, err := w.job(ctx, f.show, "licence_untaggable", 90, lt)
+	if err != nil {
+		return err
+	}
+	if err := Sleep(ctx, window); err != nil {
+		return err
+	}
+	d2 := done()
+	started := w.Int(ctx, `SELECT count(*) FROM frame WHERE pk_job = ANY($1) AND str_state <> 'WAITING'`, []string{jz.ID, jt.ID})
+	ratio := 0.0
+	if d1 > d0 {
+		ratio = float64(d2-d1) / float64(d1-d0)
+	}
+	w.Metric("healthy completions with the licensed layers ÷ before them", ratio, AtLeast, 0.9, "x")
+	w.Metric("licensed frames started (0 seats / no host)", float64(started), Equal, 0, "")
+	why := func(job string) string {
+		ls, err := explain.Layers(ctx, w.Pool, job, "", true)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		var out []string
+		for _, l := range ls {
+			out = append(out, fmt.Sprintf("%s: %s: %s", l.Layer, l.Reason, l.Detail))
+		}
+		return strings.Join(out, "\n")
+	}
+	ez, et := why(jz.ID), why(jt.ID)
+	okZ := strings.Contains(ez, string(explain.Limit)+": ") && strings.Contains(ez, "nuke_zero")
+	okT := strings.Contains(et, string(explain.NoHost)+": ")
+	w.Metric("explain names the limit of the 0-seat layer", b2f(okZ), Equal, 1, "")
+	w.Metric("explain says no host can take the untaggable layer", b2f(okT), Equal, 1, "")
+	if !okZ || !okT {
+		w.Note("explain 0 seats: %s", firstLines(ez, 6))
+		w.Note("explain no host: %s", firstLines(et, 6))
+	}
+	w.Note("healthy completions: %d in %v before, %d in %v with the licensed layers", d1-d0, window, d2-d1, window)
+	return nil
+}
+
+func firstLines(s string, n int) string {
+	ls := strings.Split(s, "\n")
+	if len(ls) > n {
+		ls = ls[:n]
+	}
+	return fmt.Sprintf("%q", strings.Join(ls, " | "))
+}
