@@ -112,14 +112,23 @@ SELECT 'limit', lr.str_name,
   FROM frame f JOIN layer_limit ll ON ll.pk_layer = f.pk_layer JOIN limit_record lr ON lr.pk_limit_record = ll.pk_limit_record
   LEFT JOIN cuesched_limit cl ON cl.pk_limit_record = lr.pk_limit_record
  WHERE f.str_state = 'RUNNING'
- GROUP BY lr.str_name`
+ GROUP BY lr.str_name
+-- A limit shared with a show Cuebot dispatches is judged by its scenario
+-- (LIMIT_MIXED): Cuebot's side books from an unlocked read.
+HAVING NOT EXISTS (SELECT 1 FROM layer_limit ll3 JOIN layer l3 ON l3.pk_layer = ll3.pk_layer
+                     JOIN job j3 ON j3.pk_job = l3.pk_job JOIN show s3 ON s3.pk_show = j3.pk_show
+                    WHERE ll3.pk_limit_record = max(lr.pk_limit_record) AND NOT s3.b_scheduler_managed)`
 
 // limitLayersSQL: (layer, limit name, max, node-locked) for every layer
-// under a limit.
+// under a limit that only scheduler-managed shows use (one shared with a
+// show Cuebot dispatches is judged by LIMIT_MIXED).
 const limitLayersSQL = `
 SELECT ll.pk_layer, lr.str_name, lr.int_max_value::bigint, COALESCE(cl.b_per_host, false)
   FROM layer_limit ll JOIN limit_record lr ON lr.pk_limit_record = ll.pk_limit_record
-  LEFT JOIN cuesched_limit cl ON cl.pk_limit_record = lr.pk_limit_record`
+  LEFT JOIN cuesched_limit cl ON cl.pk_limit_record = lr.pk_limit_record
+ WHERE NOT EXISTS (SELECT 1 FROM layer_limit ll3 JOIN layer l3 ON l3.pk_layer = ll3.pk_layer
+                     JOIN job j3 ON j3.pk_job = l3.pk_job JOIN show s3 ON s3.pk_show = j3.pk_show
+                    WHERE ll3.pk_limit_record = lr.pk_limit_record AND NOT s3.b_scheduler_managed)`
 
 // capUse is one cap's use at a sample.
 type capUse struct {

@@ -43,6 +43,8 @@ func Scenarios() []Scenario {
 			Fast: true, Variants: []Variant{noSeatPacking}, Run: runLicense},
 		{Name: "LICENSE_NO_HOSTS", Description: "licensed layers that cannot run (a node-locked limit of 0 seats; a layer no host can take) arrive at a higher priority beside healthy work: nothing of them starts, healthy completions keep >= 0.9x their rate before them, explain names the limit and the missing host.",
 			Fast: true, Run: runLicenseNoHosts},
+		{Name: "LIMIT_MIXED", Description: "one limit of 8 shared by a managed show's layer and one Cuebot still dispatches (Cuebot's own limit check: an unlocked read): the managed side never runs past the limit; the combined peak stays within the limit plus Cuebot's largest batch from one stale read (the documented worst case; Cuebot's side cannot be locked without changing Cuebot).",
+			Fast: true, Run: runLimitMixed},
 		{Name: "POISON", Description: "one job of 5,000 frames that exit 1 within a second arrives beside healthy jobs on a saturated farm: the fail-fast backoff holds it back, so healthy completions stay >= 0.8x their rate before it came, and >= 200 of its frames still start (it keeps being tried); beside the same run without the backoff.",
 			Variants: []Variant{noFailFast}, Run: runPoison},
 		{Name: "CAPDROP", Description: "a job cap and a subscription burst lowered below live use mid-run, then restored: no wedge, no negative counter, no drift.", Run: runCapDrop},
