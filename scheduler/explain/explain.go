@@ -226,7 +226,8 @@ CROSS JOIN LATERAL (
     SELECT (array_agg(x.str_name ORDER BY x.str_name) FILTER (WHERE x.used >= x.int_max_value))[1] AS full_name,
            (array_agg(x.ph ORDER BY x.str_name) FILTER (WHERE x.used >= x.int_max_value))[1] AS full_seats,
            (array_agg(x.str_name ORDER BY x.str_name) FILTER (WHERE x.int_max_value = 0))[1] AS zero_name,
-           GREATEST(MIN(x.int_max_value - x.used) FILTER (WHERE NOT x.ph), 0) AS room
+           CASE WHEN count(*) FILTER (WHERE NOT x.ph) = 0 THEN -1
+                ELSE GREATEST(MIN(x.int_max_value - x.used) FILTER (WHERE NOT x.ph), 0) END AS room
     FROM (
         SELECT lr.str_name, lr.int_max_value, ph.on AS ph,
                CASE WHEN ph.on THEN (SELECT count(DISTINCT p.pk_host) FROM layer_limit ll2 JOIN proc p ON p.pk_layer = ll2.pk_layer
