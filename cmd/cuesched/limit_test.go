@@ -129,3 +129,33 @@ func TestLimitSetPerHost(t *testing.T) {
 		t.Fatalf("wrong database: exit %d %q", code, errs)
 	}
 }
+
+// set-per-host on a database built by Cuebot's own migrations (skipped
+// unless CUESCHED_CUEBOT_MIGRATIONS_DIR names an OpenCue checkout's
+// ddl/postgres directory): rollout 0009 applies there and the setting
+// sticks.
+func TestLimitSetPerHostOnRealCuebot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := cuebotdb.RealDatabase(t)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := (&farmseed.Seeder{DB: pool}).Limit(ctx, "houdini", 4); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"CUESCHED_DATABASE_URL": url}
+	if code, out, errs := runLimitT(env, "set-per-host", "houdini", "on"); code != 0 || !strings.Contains(out, "node-locked") {
+		t.Fatalf("set-per-host on: exit %d %q %q", code, out, errs)
+	}
+	if code, out, errs := runLimitT(env, "list"); code != 0 || !strings.Contains(out, "hosts") || strings.Contains(out, "not applied") {
+		t.Fatalf("list: exit %d %q %q", code, out, errs)
+	}
+	var on bool
+	if err := pool.QueryRow(ctx, `SELECT cl.b_per_host FROM cuesched_limit cl JOIN limit_record lr
+		ON lr.pk_limit_record = cl.pk_limit_record WHERE lr.str_name = 'houdini'`).Scan(&on); err != nil || !on {
+		t.Fatalf("stored %v, %v", on, err)
+	}
+}
