@@ -278,7 +278,7 @@ func runLimitMixed(ctx context.Context, w *World) error {
 		peak = max(peak, float64(m+g))
 		peakMgd = max(peakMgd, float64(m))
 	})
-	if err := Sleep(ctx, 40*time.Second); err != nil {
+	if err := Sleep(ctx, 25*time.Second); err != nil {
 		return err
 	}
 	batch := float64(cuebot.MaxLimitedPerRead())

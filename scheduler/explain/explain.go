@@ -140,6 +140,10 @@ func Classify(f Facts) (Reason, string) {
 	case f.FitIdle == 0:
 		return Capacity, fmt.Sprintf("%s fit a frame, none has the room free now (roomiest when idle: %s)", hosts(f.FitTotal), f.BestTotal)
 	}
+	if f.LimitRoom >= 0 && f.LimitRoom < f.Waiting {
+		return Flowing, fmt.Sprintf("%d of its %d waiting frames (the room left under its limits; the rest wait for the limit): %s with room now (best: %s)",
+			f.LimitRoom, f.Waiting, hosts(f.FitIdle), f.BestIdle)
+	}
 	return Flowing, fmt.Sprintf("%s with room now (best: %s)", hosts(f.FitIdle), f.BestIdle)
 }
 

@@ -283,7 +283,7 @@ func TestLimitRoomAndSeats(t *testing.T) {
 		got[l.Job] = l
 		t.Logf("%-8s %-8s waiting=%d room=%d: %s", l.Job, l.Reason, l.Waiting, l.LimitRoom, l.Detail)
 	}
-	if l := got["room"]; l.Reason != explain.Flowing || l.LimitRoom != 3 {
+	if l := got["room"]; l.Reason != explain.Flowing || l.LimitRoom != 3 || !strings.Contains(l.Detail, "3 of its 10 waiting frames") {
 		t.Errorf("room: %s room %d, want flowing with room 3", l.Reason, l.LimitRoom)
 	}
 	if l := got["seated"]; l.Reason != explain.Limit || !strings.Contains(l.Detail, "node-locked") {
