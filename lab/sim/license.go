@@ -140,6 +140,9 @@ func runLicenseNoHosts(ctx context.Context, w *World) error {
 	}
 	// The healthy work's share of the farm's cores, averaged over a window
 	// (long frames: a loaded machine refills slots late, but fills them).
+	if err := w.Start(ctx, 0); err != nil {
+		return err
+	}
 	var mw meanWindow
 	w.Sample(func(ctx context.Context, _ float64) {
 		mw.add(float64(w.Int(ctx, `SELECT COALESCE(sum(int_cores_reserved), 0)::bigint FROM proc WHERE pk_job = $1`, healthy.ID)) /
@@ -149,9 +152,6 @@ func runLicenseNoHosts(ctx context.Context, w *World) error {
 		mw.start()
 		err := Sleep(ctx, 20*time.Second)
 		return mw.stop(), err
-	}
-	if err := w.Start(ctx, 0); err != nil {
-		return err
 	}
 	if !w.WaitFor(ctx, w.Patient(60*time.Second), func() bool { return w.fillNow(ctx) >= 0.9 }) {
 		w.Note("the farm did not fill to 90%% within the patience (%.0f%%)", w.fillNow(ctx)*100)
