@@ -132,7 +132,7 @@ func TestLimitSetPerHost(t *testing.T) {
 
 // set-per-host on a database built by Cuebot's own migrations (skipped
 // unless CUESCHED_CUEBOT_MIGRATIONS_DIR names an OpenCue checkout's
-// ddl/postgres directory): rollout 0009 applies there and the setting
+// ddl/postgres directory): rollout 0010 applies there and the setting
 // sticks.
 func TestLimitSetPerHostOnRealCuebot(t *testing.T) {
 	t.Parallel()

@@ -119,7 +119,7 @@ func runLicenseNoHosts(ctx context.Context, w *World) error {
 	if err != nil {
 		return err
 	}
-	w.RunTimes(10*time.Second, 15*time.Second)
+	w.RunTimes(30*time.Second, 40*time.Second)
 	zero, err := w.Seed.Limit(ctx, "nuke_zero", 0)
 	if err != nil {
 		return err
@@ -150,7 +150,7 @@ func runLicenseNoHosts(ctx context.Context, w *World) error {
 	})
 	window := func() (float64, error) {
 		mw.start()
-		err := Sleep(ctx, 20*time.Second)
+		err := Sleep(ctx, 30*time.Second)
 		return mw.stop(), err
 	}
 	if !w.WaitFor(ctx, w.Patient(60*time.Second), func() bool { return w.fillNow(ctx) >= 0.9 }) {
@@ -182,7 +182,7 @@ func runLicenseNoHosts(ctx context.Context, w *World) error {
 	if fill0 > 0 {
 		ratio = fill1 / fill0
 	}
-	w.Metric("healthy cores with the licensed layers ÷ before them (mean over 20 s)", ratio, AtLeast, 0.9, "x")
+	w.Metric("healthy cores with the licensed layers ÷ before them (mean over 30 s)", ratio, AtLeast, 0.9, "x")
 	w.Metric("licensed frames started (0 seats / no host)", float64(started), Equal, 0, "")
 	why := func(job string) string {
 		ls, err := explain.Layers(ctx, w.Pool, job, "", true)

@@ -287,7 +287,7 @@ const (
 )
 
 // perHostExpr reads whether limit lr is node-locked (cuesched_limit.b_per_host,
-// rollout 0009); noPerHostExpr stands in for it on a database without it.
+// rollout 0010); noPerHostExpr stands in for it on a database without it.
 const (
 	perHostExpr   = `COALESCE((SELECT cl.b_per_host FROM cuesched_limit cl WHERE cl.pk_limit_record = lr.pk_limit_record), false)`
 	noPerHostExpr = `false`

@@ -95,7 +95,7 @@ func (s Schema) Adapt(sql string) string {
 }
 
 // SeatIDsSQL and SeatMaxSQL read the node-locked limits of layer lay
-// (cuesched_limit.b_per_host, rollout 0009) and their max seats, in the
+// (cuesched_limit.b_per_host, rollout 0010) and their max seats, in the
 // same order; Adapt makes them NULL on a database without the column.
 const (
 	SeatIDsSQL = `(SELECT array_agg(ll.pk_limit_record ORDER BY ll.pk_limit_record) FROM layer_limit ll
