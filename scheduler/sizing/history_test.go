@@ -5,7 +5,6 @@ import (
 	"time"
 )
 
-
 func testHistory() History {
 	return History{Memory: ModeHistory, Threadable: ModeHistory, Quantile: 0.95, Headroom: 0.1, MinKB: 256 << 10,
 		WindowFrames: 32, MinSamples: 4, MaxAge: 12 * time.Hour, OOMRetryFactor: 1.5, OOMBumpKills: 3, OOMBumpWindow: time.Hour, ProbeFrames: 3}
