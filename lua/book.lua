@@ -35,6 +35,13 @@
 --          one connection the booking's transaction will run on, recorded
 --          as field "pid" so a reconcile can prove the record orphaned once
 --          that backend is gone (see reconcile.lua)
+-- ARGV[15] n: the node-locked (per-host) limits of the layer (optional; "" or
+--          0 = none; n > 0 needs the host id ARGV[11]), then n pairs
+-- ARGV[16..] limit id, max seats: the host must already hold a seat of the
+--          limit (acct:seat:{limit} has a field for it) or fewer than max
+--          hosts may hold one. The booking takes (or shares) the seat; the
+--          record keeps host and seats so release.lua gives it back when
+--          the host's last proc of the limit goes.
 --
 -- Returns
 --   {1, seq}                          booked; seq = acct:seq after the booking
@@ -45,6 +52,8 @@
 --                                     the host is reserved for another layer;
 --                                     why = "reserved" (no backfill claim) or
 --                                     "backfill" (until > ready_at); nothing written
+--   {0, "seat", held, max, limit}     no seat of a node-locked limit is free
+--                                     and the host holds none; nothing written
 --   {0, table, current, limit[, why]} a cap would be exceeded; nothing written
 --                                     (why = "missing": no subscription, or a
 --                                     folder/job cap field never written)
@@ -84,6 +93,25 @@ local pid = ARGV[14]
 if pid == '' then pid = nil end
 if pid and not isint(pid) then
   return redis.error_reply('ERR acct book: backend pid ARGV[14] is not a non-negative integer: ' .. pid)
+end
+-- Node-locked limits: {id, max} pairs.
+local seatlims = {}
+local ns = ARGV[15]
+if ns ~= nil and ns ~= '' then
+  if not isint(ns) then return redis.error_reply('ERR acct book: seat count ARGV[15] is not a non-negative integer: ' .. ns) end
+  ns = tonumber(ns)
+  if ns > 0 and (ARGV[11] == nil or ARGV[11] == '') then
+    return redis.error_reply('ERR acct book: a node-locked limit needs the host id (ARGV[11])')
+  end
+  if #ARGV < 15 + 2 * ns then
+    return redis.error_reply('ERR acct book: ' .. ns .. ' node-locked limits need ' .. (2 * ns) .. ' arguments after ARGV[15]')
+  end
+  for i = 1, ns do
+    local id, mx = ARGV[14 + 2 * i], ARGV[15 + 2 * i]
+    if id == '' or string.find(id, ',', 1, true) then return redis.error_reply('ERR acct book: bad node-locked limit id "' .. id .. '"') end
+    if not isint(mx) then return redis.error_reply('ERR acct book: max seats of limit ' .. id .. ' is not a non-negative integer: ' .. mx) end
+    seatlims[i] = {id, tonumber(mx)}
+  end
 end
 for i = 7, 10 do
   local v = ARGV[i]
@@ -189,6 +217,18 @@ if mode == 'check' and resv then
   end
 end
 
+-- Node-locked limits: a host that holds a seat shares it; otherwise a seat
+-- must be free (fewer than max hosts hold one).
+if mode == 'check' then
+  for _, sl in ipairs(seatlims) do
+    local sk = 'acct:seat:' .. sl[1]
+    if redis.call('HEXISTS', sk, ARGV[11]) == 0 then
+      local held = redis.call('HLEN', sk)
+      if held >= sl[2] then return {0, 'seat', held, sl[2], sl[1]} end
+    end
+  end
+end
+
 for i = 1, 5 do
   redis.call('HINCRBY', KEYS[i], 'int_cores', string.format('%d', cores))
   redis.call('HINCRBY', KEYS[i], 'int_gpus', string.format('%d', gpus))
@@ -202,6 +242,14 @@ redis.call('HSET', KEYS[7],
   'seq', string.format('%d', seq), 'ts', ms, 'origin', mode)
 if pid then redis.call('HSET', KEYS[7], 'pid', pid) end
 redis.call('SADD', KEYS[9], proc)
+if #seatlims > 0 then
+  local ids = {}
+  for i, sl in ipairs(seatlims) do
+    redis.call('HINCRBY', 'acct:seat:' .. sl[1], ARGV[11], 1)
+    ids[i] = sl[1]
+  end
+  redis.call('HSET', KEYS[7], 'host', ARGV[11], 'seats', table.concat(ids, ','))
+end
 -- A repair of this show is summing its records: count this one in.
 local gen = redis.call('HGET', KEYS[11], 'gen')
 if gen then

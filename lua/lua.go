@@ -50,6 +50,11 @@
 //	                          expires_at (unix ms), granted_at, granted_by,
 //	                          backfills (EASY backfills admitted)
 //	acct:resv:index     SET   host ids holding a reservation
+//	acct:seat:{limit}   HASH  node-locked limit's seats: host id -> its booked
+//	                          procs under the limit (a field per host holding
+//	                          a seat; HLEN = seats in use). Written by
+//	                          book.lua, given back by release.lua and
+//	                          reconcile.lua from the record's host and seats
 //
 // # Scripts
 //

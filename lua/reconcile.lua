@@ -133,7 +133,7 @@ end
 for i = first_drop, #ARGV do
   local id = ARGV[i]
   local rk = 'acct:proc:' .. id
-  local r = redis.call('HMGET', rk, 'sub', 'folder', 'job', 'layer', 'point', 'cores', 'gpus', 'show', 'seq', 'ts', 'rg', 'pid')
+  local r = redis.call('HMGET', rk, 'sub', 'folder', 'job', 'layer', 'point', 'cores', 'gpus', 'show', 'seq', 'ts', 'rg', 'pid', 'host', 'seats')
   if not r[8] then
     redis.call('SREM', KEYS[2], id) -- dangling member
   elseif r[8] == show then
@@ -151,6 +151,12 @@ for i = first_drop, #ARGV do
         if r[j] then
           move(r[j], -c, -g, counted)
           drift[j] = drift[j] + c
+        end
+      end
+      if r[13] and r[14] then
+        for lim in string.gmatch(r[14], '[^,]+') do
+          local sk = 'acct:seat:' .. lim
+          if redis.call('HINCRBY', sk, r[13], -1) <= 0 then redis.call('HDEL', sk, r[13]) end
         end
       end
       redis.call('DEL', rk)

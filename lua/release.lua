@@ -44,7 +44,7 @@ for i = 4, #ARGV do
   local id = ARGV[i]
   local rk = 'acct:proc:' .. id
   local tk = 'acct:tomb:' .. id
-  local r = redis.call('HMGET', rk, 'show', 'sub', 'folder', 'job', 'layer', 'point', 'cores', 'gpus', 'rg')
+  local r = redis.call('HMGET', rk, 'show', 'sub', 'folder', 'job', 'layer', 'point', 'cores', 'gpus', 'rg', 'host', 'seats')
   if r[1] then
     local c, g = -(tonumber(r[7]) or 0), -(tonumber(r[8]) or 0)
     -- Counted by the show's running repair: take it out of the sums too.
@@ -57,6 +57,14 @@ for i = 4, #ARGV do
           redis.call('HINCRBY', 'acct:repc:' .. r[1], r[j], string.format('%d', c))
           redis.call('HINCRBY', 'acct:repg:' .. r[1], r[j], string.format('%d', g))
         end
+      end
+    end
+    -- Node-locked limits: the host's seat goes when its last proc of the
+    -- limit does (the record is deleted below, so this runs once).
+    if r[10] and r[11] then
+      for lim in string.gmatch(r[11], '[^,]+') do
+        local sk = 'acct:seat:' .. lim
+        if redis.call('HINCRBY', sk, r[10], -1) <= 0 then redis.call('HDEL', sk, r[10]) end
       end
     end
     redis.call('DEL', rk)

@@ -14,88 +14,33 @@ package migrations_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/cuesched/cuesched/migrations"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
-const cuebotDirEnv = "CUESCHED_CUEBOT_MIGRATIONS_DIR"
+const cuebotDirEnv = cuebotdb.RealCuebotDirEnv
 
 // schemaDB returns a migrated database: the baseline normally, Cuebot's
 // real schema when CUESCHED_CUEBOT_MIGRATIONS_DIR is set. Rollout applied
 // in both cases.
 func schemaDB(t testing.TB) string {
 	t.Helper()
-	dir := os.Getenv(cuebotDirEnv)
-	if dir == "" {
+	if os.Getenv(cuebotDirEnv) == "" {
 		return cuebotdb.Database(t)
 	}
-	return testenv.NewDatabase(t, testenv.WithTemplate("cuebot-real-rollout", func(ctx context.Context, url string) error {
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		if err := applyRealCuebot(ctx, conn, dir); err != nil {
-			return err
-		}
-		_, err = migrations.Up(ctx, conn)
-		return err
-	}))
+	return cuebotdb.RealDatabase(t)
 }
 
-// applyRealCuebot runs Cuebot's V*.sql in numeric order, each in one
-// transaction (as Flyway does), then its seed data statement by statement,
-// skipping the duplicate-key failures the seed is known to produce.
+// applyRealCuebot is cuebotdb.ApplyRealCuebot.
 func applyRealCuebot(ctx context.Context, conn *pgx.Conn, dir string) error {
-	files, err := filepath.Glob(filepath.Join(dir, "migrations", "V*__*.sql"))
-	if err != nil || len(files) == 0 {
-		return fmt.Errorf("no V*__*.sql under %s/migrations (%v)", dir, err)
-	}
-	num := regexp.MustCompile(`V(\d+)__`)
-	sort.Slice(files, func(i, j int) bool {
-		a, _ := strconv.Atoi(num.FindStringSubmatch(filepath.Base(files[i]))[1])
-		b, _ := strconv.Atoi(num.FindStringSubmatch(filepath.Base(files[j]))[1])
-		return a < b
-	})
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, string(b), pgx.QueryExecModeSimpleProtocol)
-			return err
-		}); err != nil {
-			return fmt.Errorf("%s: %w", filepath.Base(f), err)
-		}
-	}
-	seed, err := os.ReadFile(filepath.Join(dir, "seed_data.sql"))
-	if err != nil {
-		return err
-	}
-	for _, stmt := range migrations.SplitStatements(string(seed)) {
-		if _, err := conn.Exec(ctx, stmt, pgx.QueryExecModeSimpleProtocol); err != nil {
-			var pe *pgconn.PgError
-			if errors.As(err, &pe) && pe.Code == "23505" {
-				continue // task_lock rows also inserted by V35/V38/V46
-			}
-			return fmt.Errorf("seed: %s: %w", firstLine(stmt), err)
-		}
-	}
-	return nil
+	return cuebotdb.ApplyRealCuebot(ctx, conn, dir)
 }
 
 func TestBaselineMatchesCuebotMigrations(t *testing.T) {

@@ -114,3 +114,21 @@ func (e *ReservedError) Error() string {
 	return fmt.Sprintf("host %s is reserved for layer %s (job %s) until it is ready at %s; this booking claims no backfill (no runtime history)",
 		e.Host, e.OwnerLayer, e.OwnerJob, e.ReadyAt.UTC().Format(time.RFC3339Nano))
 }
+
+// TableSeat is the table name the booking script gives a refusal by a
+// node-locked limit (SeatError).
+const TableSeat = "seat"
+
+// SeatError: every seat of a node-locked limit is held by other hosts and
+// the booking's host holds none; nothing was charged. A host that already
+// holds a seat may still take the frame.
+type SeatError struct {
+	Limit string // limit_record id
+	Host  string
+	Held  int64 // hosts holding a seat
+	Max   int64 // the limit's max
+}
+
+func (e *SeatError) Error() string {
+	return fmt.Sprintf("node-locked limit %s: all %d seats held by other hosts (%d held), host %s holds none", e.Limit, e.Max, e.Held, e.Host)
+}

@@ -174,3 +174,7 @@ func checkID(what, id string) error {
 	}
 	return nil
 }
+
+// SeatKey is a node-locked limit's seats, acct:seat:{limit}: host id -> the
+// host's booked procs under the limit.
+func SeatKey(limit string) string { return "acct:seat:" + limit }

@@ -51,7 +51,7 @@ func newMetrics(prefix string, reg prometheus.Registerer, releasesOnly bool) (*m
 			Buckets: scriptBuckets,
 		}),
 	}
-	for _, r := range []string{"booked", "duplicate", "limit_exceeded", "reserved", "unseeded", "released", "error"} {
+	for _, r := range []string{"booked", "duplicate", "limit_exceeded", "reserved", "seat", "unseeded", "released", "error"} {
 		m.bookings.WithLabelValues(r)
 	}
 	for _, t := range []string{TableSubscription, TableFolder, TableJob, TableFolderGPUs, TableJobGPUs} {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -164,6 +165,18 @@ type Booking struct {
 	// proc is not in its snapshot (ReconcileRequest.LiveBackends), instead
 	// of after the in-flight grace. 0: none (the grace applies).
 	BackendPID uint32
+	// Seats are the layer's node-locked limits (cuesched_limit.b_per_host):
+	// the booking needs HostID and is refused with a *SeatError unless the
+	// host already holds a seat of each or a seat is free (fewer than Max
+	// hosts hold one). The seat is the host's while it has a booked proc
+	// under the limit; the release of its last one gives it back.
+	Seats []Seat
+}
+
+// Seat is a node-locked limit of a booking: its id and max seats (hosts).
+type Seat struct {
+	Limit string
+	Max   int64
 }
 
 // SeedCaps are caps in Postgres units (centicores; GPUs verbatim), from
@@ -195,6 +208,17 @@ func (b *Booking) validate() error {
 	if b.HostID != "" {
 		if err := checkID("host id", b.HostID); err != nil {
 			return err
+		}
+	}
+	if len(b.Seats) > 0 && b.HostID == "" {
+		return errors.New("a node-locked limit (Seats) needs the host id")
+	}
+	for _, st := range b.Seats {
+		if err := checkID("limit id", st.Limit); err != nil {
+			return err
+		}
+		if strings.Contains(st.Limit, ",") {
+			return fmt.Errorf("limit id %q contains a comma", st.Limit)
 		}
 	}
 	if !b.BackfillUntil.IsZero() && b.BackfillUntil.UnixMilli() < 0 {
@@ -229,7 +253,8 @@ const (
 // job caps and, if it fits, charges it atomically. A nil error means the
 // proc is charged (Result.Duplicate says whether by this call). Otherwise the
 // error is a *LimitError (a cap; nothing charged), a *ReservedError (the
-// host is reserved for another layer; nothing charged), a *NotSeededError
+// host is reserved for another layer; nothing charged), a *SeatError (no
+// seat of a node-locked limit for the host; nothing charged), a *NotSeededError
 // (errors.Is ErrShowNotSeeded: wait for the seed), ErrAlreadyReleased, or a
 // Redis/transport error (the outcome is unknown: Rollback is safe to call).
 func (p *Publisher) Book(ctx context.Context, b Booking) (Result, error) {
@@ -260,19 +285,22 @@ func (p *Publisher) doBook(ctx context.Context, b Booking, mode string) (Result,
 		args[6], args[7] = JobCapCores(s.JobMaxCores), JobCapGPUs(s.JobMaxGPUs)
 		args[8], args[9] = FolderCapCores(s.FolderMaxCores), FolderCapGPUs(s.FolderMaxGPUs)
 	}
+	// ARGV[11..13] host, layer, backfill-until; [14] backend pid; [15] the
+	// node-locked limits' count, then their (id, max) pairs.
+	host, layer, until, pid := "", "", "", ""
 	if b.HostID != "" {
-		until := ""
+		host, layer = b.HostID, b.LayerID
 		if !b.BackfillUntil.IsZero() {
 			until = strconv.FormatInt(b.BackfillUntil.UnixMilli(), 10)
 		}
 		keys = append(keys, ResvHostKey(b.HostID))
-		args = append(args, b.HostID, b.LayerID, until)
 	}
 	if b.BackendPID != 0 {
-		if b.HostID == "" {
-			args = append(args, "", "", "")
-		}
-		args = append(args, strconv.FormatUint(uint64(b.BackendPID), 10))
+		pid = strconv.FormatUint(uint64(b.BackendPID), 10)
+	}
+	args = append(args, host, layer, until, pid, len(b.Seats))
+	for _, st := range b.Seats {
+		args = append(args, st.Limit, max(st.Max, 0))
 	}
 	_, term := p.SeqMark()
 	start := time.Now()
@@ -306,6 +334,14 @@ func (p *Publisher) doBook(ctx context.Context, b Booking, mode string) (Result,
 			break
 		}
 		table, _ := v[1].(string)
+		if table == TableSeat && len(v) >= 5 {
+			se := &SeatError{Host: b.HostID}
+			se.Held, _ = intAt(v, 2)
+			se.Max, _ = intAt(v, 3)
+			se.Limit, _ = v[4].(string)
+			p.m.bookings.WithLabelValues("seat").Inc()
+			return Result{}, se
+		}
 		if table == TableReservation && len(v) >= 7 {
 			until, _ := intAt(v, 2)
 			ready, _ := intAt(v, 3)

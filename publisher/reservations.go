@@ -3,6 +3,7 @@ package publisher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -115,4 +116,15 @@ func (r *Reservations) EndReservation(ctx context.Context, host, layer string) (
 	}
 	out.Ended, out.NotOwner = code == 1, code == 2
 	return out, nil
+}
+
+// SeatHosts returns the hosts holding a seat of node-locked limit now (the
+// fields of acct:seat:{limit}), for placement: a host in it takes the
+// limit's frames without using another seat.
+func (p *Publisher) SeatHosts(ctx context.Context, limit string) ([]string, error) {
+	hs, err := p.rdb.HKeys(ctx, SeatKey(limit)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("accounting seats of limit %s: %w", limit, err)
+	}
+	return hs, nil
 }

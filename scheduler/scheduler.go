@@ -346,9 +346,9 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 	s.Matcher = matcher.New(s.pool, hosts, s.Dispatcher, matcher.Config{
 		Attempts: q.HostCandidateAttemptsPerLayer, FramesPerLayer: q.DispatchFramesPerLayerLimit, FramesPerJob: q.DispatchFramesPerJobLimit,
 		MaxConcurrentLayers: max(maxLayers, 1), Policy: policy, Schema: &schema,
-		HostQuarantine: q.HostQuarantine.D(), Spread: spread,
+		HostQuarantine: q.HostQuarantine.D(), Spread: spread, SeatPacking: q.SeatPacking,
 	}, matcher.Options{Logger: log, Registerer: d.Registerer, Backoff: s.Backoff, Guard: guard, Reservations: s.Reservations,
-		Sizer: sizer, Fence: fence})
+		Sizer: sizer, Fence: fence, Seats: s.Publisher})
 
 	if d.Gate != nil {
 		gates = append(gates, d.Gate)
@@ -401,6 +401,8 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		if s.Accounting != nil {
 			ff.Leader = s.Accounting.IsLeader
 		}
+		held := s.Matcher
+		ff.Held = func(failfast.Held) { held.Held() }
 		s.loops = append(s.loops, ff.Run)
 	}
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/jackc/pgx/v5"
 )
 
 // simFarm is the common shape: one allocation (tag "general") and one
@@ -112,4 +113,13 @@ func (w *World) window(ctx context.Context, d time.Duration) (map[string]int, er
 		after[k] = v - before[k]
 	}
 	return after, nil
+}
+
+// queryList runs a query of one column into a slice.
+func queryList[V any](ctx context.Context, w *World, sql string, args ...any) ([]V, error) {
+	rows, err := w.Pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[V])
 }

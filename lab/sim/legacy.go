@@ -28,6 +28,18 @@ type legacy struct {
 	statMu   sync.Mutex
 	booked   map[string]int // show name -> frames booked
 	refusals int
+	// maxLimited is the most frames of limited layers booked from one
+	// read of the limit counts (one round): how far Cuebot's stale read
+	// can carry it past a limit.
+	maxLimited int
+}
+
+// MaxLimitedPerRead is the most frames of limited layers booked from one
+// read of the limit counts.
+func (l *legacy) MaxLimitedPerRead() int {
+	l.statMu.Lock()
+	defer l.statMu.Unlock()
+	return l.maxLimited
 }
 
 // StartLegacy starts Cuebot's dispatcher for the unmanaged shows; it stops
@@ -110,8 +122,19 @@ func (l *legacy) run(ctx context.Context) {
 // legacyWorkSQL: WAITING frames of unmanaged shows, best job first, with
 // the hosts (allocation the show subscribes to, tags matching) they may
 // take.
+//
+// The limit condition is Cuebot's (its dispatch query's layer filter, read
+// from OpenCue's DispatchQuery for the facts): a layer is dispatchable when
+// it has no limit, or when one of its limits has fewer running frames (the
+// sum of layer_stat.int_running_count over the limit's layers) than its
+// int_max_value. It is a plain read, without a lock on limit_record, and
+// every frame booked for one host from one read shares it: that is
+// Cuebot's behaviour (its frame query runs per host visit). Frames of
+// limited layers are booked on one host per round (one read per host
+// visit); others as they fit.
 const legacyWorkSQL = `
-SELECT f.pk_frame, s.str_name, l.int_cores_min, l.int_mem_min, j.pk_job
+SELECT f.pk_frame, s.str_name, l.int_cores_min, l.int_mem_min, j.pk_job,
+       EXISTS (SELECT 1 FROM layer_limit ll WHERE ll.pk_layer = l.pk_layer) AS limited
   FROM frame f
   JOIN layer l ON l.pk_layer = f.pk_layer
   JOIN job j ON j.pk_job = f.pk_job
@@ -121,6 +144,12 @@ SELECT f.pk_frame, s.str_name, l.int_cores_min, l.int_mem_min, j.pk_job
    AND j.str_state = 'PENDING' AND NOT j.b_paused
    AND s.b_active AND NOT s.b_scheduler_managed
    AND l.int_gpus_min = 0
+   AND (NOT EXISTS (SELECT 1 FROM layer_limit ll WHERE ll.pk_layer = l.pk_layer)
+        OR EXISTS (SELECT 1 FROM layer_limit ll JOIN limit_record lr ON lr.pk_limit_record = ll.pk_limit_record
+                    WHERE ll.pk_layer = l.pk_layer
+                      AND (SELECT COALESCE(SUM(ls.int_running_count), 0) FROM layer_limit ll2
+                             JOIN layer_stat ls ON ls.pk_layer = ll2.pk_layer
+                            WHERE ll2.pk_limit_record = lr.pk_limit_record) < lr.int_max_value))
  ORDER BY jr.int_priority DESC, j.ts_started, f.int_dispatch_order, f.pk_frame
  LIMIT 64`
 
@@ -169,6 +198,7 @@ func (l *legacy) round(ctx context.Context) {
 	type work struct {
 		frame, show, job string
 		cores, mem       int64
+		limited          bool
 	}
 	var ws []work
 	rows, err = w.Pool.Query(ctx, legacyWorkSQL)
@@ -177,11 +207,17 @@ func (l *legacy) round(ctx context.Context) {
 	}
 	for rows.Next() {
 		var x work
-		if rows.Scan(&x.frame, &x.show, &x.cores, &x.mem, &x.job) == nil {
+		if rows.Scan(&x.frame, &x.show, &x.cores, &x.mem, &x.job, &x.limited) == nil {
 			ws = append(ws, x)
 		}
 	}
 	rows.Close()
+	limited, limitedHost := 0, ""
+	defer func() {
+		l.statMu.Lock()
+		l.maxLimited = max(l.maxLimited, limited)
+		l.statMu.Unlock()
+	}()
 	for _, x := range ws {
 		if ctx.Err() != nil {
 			return
@@ -190,6 +226,12 @@ func (l *legacy) round(ctx context.Context) {
 		for _, h := range hosts[x.show] {
 			if h.cores < cores || h.mem < x.mem {
 				continue
+			}
+			if x.limited && limitedHost != "" && h.id != limitedHost {
+				// Cuebot reads the limit counts in its query for one host
+				// visit: frames of limited layers for another host wait
+				// for the next read.
+				break
 			}
 			proc, err := w.Emu.Book(ctx, cuebotemu.Booking{FrameID: x.frame, HostID: h.id, Cores: cores, MemKB: x.mem})
 			if err != nil {
@@ -212,6 +254,10 @@ func (l *legacy) round(ctx context.Context) {
 			l.statMu.Lock()
 			l.booked[x.show]++
 			l.statMu.Unlock()
+			if x.limited {
+				limited++
+				limitedHost = h.id
+			}
 			break
 		}
 	}

@@ -89,8 +89,9 @@ func (m *monitor) run(ctx context.Context) {
 // capUseSQL: (kind, id, use, cap) for every job, folder and subscription
 // with live procs, and every limit with running frames.
 //
-// A limit counts the RUNNING frames of its layers, as Cuebot and the
-// booking statement do (layer_stat.int_running_count), not procs: Cuebot's
+// A node-locked limit (cuesched_limit.b_per_host) counts the hosts its
+// layers' RUNNING frames run on; every other limit counts the RUNNING
+// frames of its layers, as Cuebot and the booking statement do (layer_stat.int_running_count), not procs: Cuebot's
 // completion path stops the frame (and detaches its proc) in one
 // transaction and deletes the proc in a later one, so for a moment a proc
 // outlives the frame it ran while the licence is already back (the render
@@ -110,15 +111,29 @@ SELECT 'subscription', s.pk_subscription, sum(p.int_cores_reserved)::bigint, max
   FROM proc p JOIN host h ON h.pk_host = p.pk_host JOIN subscription s ON s.pk_show = p.pk_show AND s.pk_alloc = h.pk_alloc
  GROUP BY s.pk_subscription
 UNION ALL
-SELECT 'limit', lr.str_name, count(*)::bigint, max(lr.int_max_value)::bigint
+SELECT 'limit', lr.str_name,
+       CASE WHEN COALESCE(bool_or(cl.b_per_host), false) THEN count(DISTINCT f.str_host) ELSE count(*) END::bigint,
+       max(lr.int_max_value)::bigint
   FROM frame f JOIN layer_limit ll ON ll.pk_layer = f.pk_layer JOIN limit_record lr ON lr.pk_limit_record = ll.pk_limit_record
+  LEFT JOIN cuesched_limit cl ON cl.pk_limit_record = lr.pk_limit_record
  WHERE f.str_state = 'RUNNING'
- GROUP BY lr.str_name`
+ GROUP BY lr.str_name
+-- A limit shared with a show Cuebot dispatches is judged by its scenario
+-- (LIMIT_MIXED): Cuebot's side books from an unlocked read.
+HAVING NOT EXISTS (SELECT 1 FROM layer_limit ll3 JOIN layer l3 ON l3.pk_layer = ll3.pk_layer
+                     JOIN job j3 ON j3.pk_job = l3.pk_job JOIN show s3 ON s3.pk_show = j3.pk_show
+                    WHERE ll3.pk_limit_record = max(lr.pk_limit_record) AND NOT s3.b_scheduler_managed)`
 
-// limitLayersSQL: (layer, limit name, max) for every layer under a limit.
+// limitLayersSQL: (layer, limit name, max, node-locked) for every layer
+// under a limit that only scheduler-managed shows use (one shared with a
+// show Cuebot dispatches is judged by LIMIT_MIXED).
 const limitLayersSQL = `
-SELECT ll.pk_layer, lr.str_name, lr.int_max_value::bigint
-  FROM layer_limit ll JOIN limit_record lr ON lr.pk_limit_record = ll.pk_limit_record`
+SELECT ll.pk_layer, lr.str_name, lr.int_max_value::bigint, COALESCE(cl.b_per_host, false)
+  FROM layer_limit ll JOIN limit_record lr ON lr.pk_limit_record = ll.pk_limit_record
+  LEFT JOIN cuesched_limit cl ON cl.pk_limit_record = lr.pk_limit_record
+ WHERE NOT EXISTS (SELECT 1 FROM layer_limit ll3 JOIN layer l3 ON l3.pk_layer = ll3.pk_layer
+                     JOIN job j3 ON j3.pk_job = l3.pk_job JOIN show s3 ON s3.pk_show = j3.pk_show
+                    WHERE ll3.pk_limit_record = lr.pk_limit_record AND NOT s3.b_scheduler_managed)`
 
 // capUse is one cap's use at a sample.
 type capUse struct {
@@ -141,15 +156,16 @@ func (m *monitor) seatUse(ctx context.Context) ([]capUse, error) {
 		return nil, err
 	}
 	type lim struct {
-		name string
-		max  int64
+		name    string
+		max     int64
+		perHost bool
 	}
 	byLayer := map[string][]lim{}
 	caps := map[string]int64{}
 	for rows.Next() {
 		var layer string
 		var l lim
-		if err := rows.Scan(&layer, &l.name, &l.max); err != nil {
+		if err := rows.Scan(&layer, &l.name, &l.max, &l.perHost); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -163,10 +179,23 @@ func (m *monitor) seatUse(ctx context.Context) ([]capUse, error) {
 	if len(byLayer) == 0 {
 		return nil, nil
 	}
+	// A node-locked limit's seats are the hosts running one of its frames.
+	hosts, err := queryList[string](ctx, w, `SELECT str_name FROM host`)
+	if err != nil {
+		return nil, err
+	}
 	use := map[string]int64{}
-	for _, rf := range w.Fake.Running("") {
-		for _, l := range byLayer[rf.GetLayerId()] {
-			use[l.name]++
+	for _, h := range hosts {
+		seated := map[string]bool{}
+		for _, rf := range w.Fake.Running(h) {
+			for _, l := range byLayer[rf.GetLayerId()] {
+				if !l.perHost {
+					use[l.name]++
+				} else if !seated[l.name] {
+					seated[l.name] = true
+					use[l.name]++
+				}
+			}
 		}
 	}
 	var out []capUse

@@ -44,7 +44,7 @@ func TestBatteryNames(t *testing.T) {
 	}
 	for _, n := range []string{"COLDFILL", "PRIORITY", "PRIORITY_STARVING", "SHOWTIER", "RESERVATIONS", "LIMIT", "FOLDER",
 		"JOBCAP", "CAPDROP", "DEPENDS", "TAGS_GPU", "GPUSTRAND", "SOLOFILL", "LOCALITY", "FAILOVER", "MIGRATE", "COMPLETIONSTORM",
-		"LICENSE_DENIED", "POISON", "OOM", "MEMSTRAND", "STRANDGROW"} {
+		"LICENSE_DENIED", "POISON", "OOM", "MEMSTRAND", "STRANDGROW", "LICENSE", "LICENSE_NO_HOSTS", "LIMIT_MIXED"} {
 		if !seen[n] {
 			t.Errorf("scenario %s missing from the battery", n)
 		}

@@ -65,6 +65,13 @@
 //
 // # Limits
 //
+// A node-locked limit (cuesched_limit.b_per_host) counts hosts, not frames:
+// the booking script (step 2) takes or shares the host's seat atomically,
+// against every instance's bookings, and refuses with a *SeatError when
+// every seat is held by other hosts (Stop LimitReached, Result.Seat); the
+// claim statement leaves it out of its frame count. The seat goes back when
+// the release of the host's last proc under the limit reaches Redis.
+//
 // A layer attached to several limit_records books only while every one of
 // them has room (the minimum headroom). Cuebot accepts a frame when any one
 // of its limits has room, which lets a layer on two limits overrun one of
@@ -285,6 +292,9 @@ type Result struct {
 	// Reserved is the reservation that refused a booking when Stop is
 	// Reserved.
 	Reserved *publisher.ReservedError
+	// Seat is the refusal by a node-locked limit (every seat held by other
+	// hosts) when Stop is LimitReached because of one.
+	Seat *publisher.SeatError
 	// Backfilled counts the frames started as EASY backfills on a host
 	// reserved for another layer.
 	Backfilled int
@@ -383,13 +393,15 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 		}
 		var le *publisher.LimitError
 		var re *publisher.ReservedError
+		var se *publisher.SeatError
 		isLimit := errors.As(err, &le)
 		isReserved := errors.As(err, &re)
+		isSeat := errors.As(err, &se)
 		if isLimit {
 			d.m.lost.WithLabelValues(lostGate).Inc()
 		}
 		notSeeded := errors.Is(err, publisher.ErrShowNotSeeded)
-		if !isLimit && !notSeeded && !isReserved {
+		if !isLimit && !notSeeded && !isReserved && !isSeat {
 			// Outcome unknown: undo whatever may have been charged.
 			d.rollback(p.proc)
 		}
@@ -402,6 +414,8 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 			out.Stop, out.Limit = Capped, le
 		case isReserved:
 			out.Stop, out.Reserved = Reserved, re
+		case isSeat:
+			out.Stop, out.Seat = LimitReached, se
 		case notSeeded:
 			out.Stop = NotSeeded
 		default:
@@ -526,7 +540,7 @@ func (d *Dispatcher) booking(l *jobs.Layer, h sizing.Host, p planned, until time
 		LayerID: l.ID, DeptID: l.DeptID, Centicores: p.res.Cores, GPUs: p.res.GPUs,
 		Seed: &publisher.SeedCaps{JobMaxCores: l.JobMaxCores, JobMaxGPUs: l.JobMaxGPUs,
 			FolderMaxCores: l.FolderMaxCores, FolderMaxGPUs: l.FolderMaxGPUs},
-		HostID: h.ID, BackfillUntil: until,
+		HostID: h.ID, BackfillUntil: until, Seats: seats(l),
 	}
 }
 
@@ -556,6 +570,18 @@ func (d *Dispatcher) backendPID(ctx context.Context, conn *pgxpool.Conn) uint32 
 	}
 	d.pids.Store(pidReal)
 	return pid
+}
+
+// seats are the layer's node-locked limits as the booking script takes them.
+func seats(l *jobs.Layer) []publisher.Seat {
+	if len(l.SeatLimits) == 0 {
+		return nil
+	}
+	out := make([]publisher.Seat, len(l.SeatLimits))
+	for i, s := range l.SeatLimits {
+		out[i] = publisher.Seat{Limit: s.ID, Max: s.Max}
+	}
+	return out
 }
 
 // rollback undoes a Redis booking whose proc did not commit.

@@ -40,6 +40,9 @@ FOR UPDATE`
 // relaunched without counting a retry, like Cuebot's own non-counting
 // statuses (-1, 256, 286, 299, 301, 302, 399).
 //
+// A node-locked limit (cuesched_limit.b_per_host) is left out of the frame
+// count: it counts hosts holding a seat, which the booking script checked.
+//
 // $8 host name, $9 show, $10 limit_record ids (the ones locked), $11 host,
 // $12 layer, $13 job, $14 proc.int_mem_used (KB).
 const ClaimSQL = `
@@ -54,6 +57,7 @@ WITH ` + jobs.DenialsCTE + `, lids AS (
               FROM layer_limit ll JOIN layer_stat ls ON ls.pk_layer = ll.pk_layer
              WHERE ll.pk_limit_record = lr.pk_limit_record) AS running
     FROM lids JOIN limit_record lr ON lr.pk_limit_record = lids.pk_limit_record
+    WHERE true ` + jobs.NotPerHostSQL + `
 ), room AS (
     SELECT CASE WHEN count(*) = 0 THEN -1
                 ELSE GREATEST(MIN(CASE WHEN int_max_value IS NULL OR NOT locked THEN 0

@@ -88,6 +88,15 @@ type Facts struct {
 	BurstFull           bool
 	FolderFull, JobFull bool
 	LimitFull           string // the name of a limit at its max, or ""
+	// LimitSeats: LimitFull is node-locked (every seat held by a host).
+	LimitSeats bool
+	// LimitZero names a limit of the layer whose max is 0 ("" none): nothing
+	// of the layer runs until it is raised, whatever the farm does.
+	LimitZero string
+	// LimitRoom is how many more frames the layer's frame-counting limits
+	// let run (the tightest; -1: none). Waiting counts at most that many
+	// of a flowing layer's frames as flowing, the rest as limit.
+	LimitRoom int
 	// HeldUntil is when the fail-fast backoff tries the layer again (zero:
 	// not held); HeldLevel is its holds in a row, HeldFails and HeldAvgRun
 	// the failed runs behind the last hold and their average run time.
@@ -106,6 +115,8 @@ func Classify(f Facts) (Reason, string) {
 	case !f.HeldUntil.IsZero():
 		return FailingFast, fmt.Sprintf("its frames keep failing fast (%d failed runs averaging %s, hold %d in a row): held out of the lottery and the passes; tried again at %s",
 			f.HeldFails, f.HeldAvgRun.Round(100*time.Millisecond), f.HeldLevel, f.HeldUntil.UTC().Format(time.RFC3339))
+	case f.LimitZero != "":
+		return Limit, fmt.Sprintf("limit %q has a max of 0: nothing of the layer runs until it is raised (cuesched limit list)", f.LimitZero)
 	case f.Hosts == 0:
 		return NoHost, "no up, open host of the facility is on a subscribed allocation with one of the layer's tags"
 	case f.FitTotal == 0:
@@ -121,12 +132,18 @@ func Classify(f Facts) (Reason, string) {
 		return FolderCap, "the job's folder is at its max cores"
 	case f.JobFull:
 		return JobCap, "the job is at its max cores"
+	case f.LimitFull != "" && f.LimitSeats:
+		return Limit, fmt.Sprintf("node-locked limit %q: every seat is held by a host with no room for a frame (a seat host takes the frames first, a new host once a seat is free)", f.LimitFull)
 	case f.LimitFull != "":
 		return Limit, fmt.Sprintf("limit %q is at its max running frames", f.LimitFull)
 	case f.FitIdle == 0 && f.FitIdleUnguarded > 0:
 		return Strand, fmt.Sprintf("GPU protection holds the room of %s for their idle GPUs while GPU work waits", hosts(f.FitIdleUnguarded))
 	case f.FitIdle == 0:
 		return Capacity, fmt.Sprintf("%s fit a frame, none has the room free now (roomiest when idle: %s)", hosts(f.FitTotal), f.BestTotal)
+	}
+	if f.LimitRoom >= 0 && f.LimitRoom < f.Waiting {
+		return Flowing, fmt.Sprintf("%d of its %d waiting frames (the room left under its limits; the rest wait for the limit): %s with room now (best: %s)",
+			f.LimitRoom, f.Waiting, hosts(f.FitIdle), f.BestIdle)
 	}
 	return Flowing, fmt.Sprintf("%s with room now (best: %s)", hosts(f.FitIdle), f.BestIdle)
 }
@@ -200,16 +217,33 @@ SELECT lay.show, lay.job, lay.layer, lay.os, lay.b_paused, lay.waiting, lay.depe
                                    + lay.cores_min >= fr.int_max_cores) AS folder_full,
        (COALESCE((SELECT SUM(p.int_cores_reserved) FROM proc p WHERE p.pk_job = lay.pk_job), 0)
             + GREATEST(lay.cores_min, 100) > jr.int_max_cores) AS job_full,
-       COALESCE((SELECT lr.str_name FROM layer_limit ll JOIN limit_record lr ON lr.pk_limit_record = ll.pk_limit_record
-                 WHERE ll.pk_layer = lay.pk_layer AND lr.int_max_value IS NOT NULL AND lr.int_max_value >= 0
-                   AND (SELECT COALESCE(SUM(ls2.int_running_count), 0) FROM layer_limit ll2 JOIN layer_stat ls2 ON ls2.pk_layer = ll2.pk_layer
-                        WHERE ll2.pk_limit_record = lr.pk_limit_record) >= lr.int_max_value
-                 ORDER BY lr.str_name LIMIT 1), '') AS limit_full,
+       COALESCE(lm.full_name, ''), COALESCE(lm.full_seats, false), COALESCE(lm.zero_name, ''), COALESCE(lm.room, -1),
        lb.ts_until, COALESCE(lb.int_level, 0), COALESCE(lb.int_fails, 0), COALESCE(lb.int_avg_run_ms, 0), lay.pk_layer
 FROM lay
 ` + heldJoin + `
 JOIN job_resource jr    ON jr.pk_job = lay.pk_job
 JOIN folder_resource fr ON fr.pk_folder = lay.pk_folder
+CROSS JOIN LATERAL (
+    -- The layer's limits: what each uses (a node-locked one: the hosts
+    -- holding a seat, i.e. running one of its layers' procs; any other:
+    -- its layers' running frames), the first full one, the first of max 0,
+    -- and the free frames of the tightest frame-counting one (-1: none).
+    SELECT (array_agg(x.str_name ORDER BY x.str_name) FILTER (WHERE x.used >= x.int_max_value))[1] AS full_name,
+           (array_agg(x.ph ORDER BY x.str_name) FILTER (WHERE x.used >= x.int_max_value))[1] AS full_seats,
+           (array_agg(x.str_name ORDER BY x.str_name) FILTER (WHERE x.int_max_value = 0))[1] AS zero_name,
+           CASE WHEN count(*) FILTER (WHERE NOT x.ph) = 0 THEN -1
+                ELSE GREATEST(MIN(x.int_max_value - x.used) FILTER (WHERE NOT x.ph), 0) END AS room
+    FROM (
+        SELECT lr.str_name, lr.int_max_value, ph.on AS ph,
+               CASE WHEN ph.on THEN (SELECT count(DISTINCT p.pk_host) FROM layer_limit ll2 JOIN proc p ON p.pk_layer = ll2.pk_layer
+                                      WHERE ll2.pk_limit_record = lr.pk_limit_record)
+                    ELSE (SELECT COALESCE(SUM(ls2.int_running_count), 0) FROM layer_limit ll2 JOIN layer_stat ls2 ON ls2.pk_layer = ll2.pk_layer
+                           WHERE ll2.pk_limit_record = lr.pk_limit_record) END AS used
+        FROM layer_limit ll JOIN limit_record lr ON lr.pk_limit_record = ll.pk_limit_record
+        CROSS JOIN LATERAL (SELECT ` + perHostExpr + ` AS on) ph
+        WHERE ll.pk_layer = lay.pk_layer AND lr.int_max_value IS NOT NULL AND lr.int_max_value >= 0
+    ) x
+) lm
 CROSS JOIN LATERAL (
     SELECT count(*) AS hosts,
            count(*) FILTER (WHERE c.fits) AS fit_total,
@@ -253,6 +287,13 @@ const (
                    WHERE false) lb ON true`
 )
 
+// perHostExpr reads whether limit lr is node-locked (cuesched_limit.b_per_host,
+// rollout 0010); noPerHostExpr stands in for it on a database without it.
+const (
+	perHostExpr   = `COALESCE((SELECT cl.b_per_host FROM cuesched_limit cl WHERE cl.pk_limit_record = lr.pk_limit_record), false)`
+	noPerHostExpr = `false`
+)
+
 // LayerReport is one layer's answer.
 type LayerReport struct {
 	Facts
@@ -266,13 +307,14 @@ type LayerReport struct {
 // idle GPUs' room from CPU work, as the scheduler does.
 func Layers(ctx context.Context, db DB, job, layer string, gpuProtection bool) ([]LayerReport, error) {
 	q := layerFactsSQL
-	var hasHolds bool
-	hr, err := db.Query(ctx, `SELECT to_regclass('cuesched_layer_backoff') IS NOT NULL`)
+	var hasHolds, hasPerHost bool
+	hr, err := db.Query(ctx, `SELECT to_regclass('cuesched_layer_backoff') IS NOT NULL,
+		EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('cuesched_limit') AND attname = 'b_per_host' AND NOT attisdropped)`)
 	if err != nil {
 		return nil, fmt.Errorf("explain: %w", err)
 	}
 	for hr.Next() {
-		if err := hr.Scan(&hasHolds); err != nil {
+		if err := hr.Scan(&hasHolds, &hasPerHost); err != nil {
 			hr.Close()
 			return nil, fmt.Errorf("explain: %w", err)
 		}
@@ -280,6 +322,9 @@ func Layers(ctx context.Context, db DB, job, layer string, gpuProtection bool) (
 	hr.Close()
 	if !hasHolds {
 		q = strings.Replace(q, heldJoin, noHeldJoin, 1)
+	}
+	if !hasPerHost {
+		q = strings.Replace(q, perHostExpr, noPerHostExpr, 1)
 	}
 	rows, err := db.Query(ctx, q, job, layer, gpuProtection)
 	if err != nil {
@@ -293,7 +338,7 @@ func Layers(ctx context.Context, db DB, job, layer string, gpuProtection bool) (
 		var avgMs int64
 		if err := rows.Scan(&f.Show, &f.Job, &f.Layer, &f.OS, &f.Paused, &f.Waiting, &f.Depend, &f.Running,
 			&f.CoresMin, &f.MemMinKB, &f.GPUsMin, &f.Hosts, &f.FitTotal, &f.FitIdle, &f.FitIdleUnguarded, &f.BestIdle, &f.BestTotal,
-			&f.BurstFull, &f.FolderFull, &f.JobFull, &f.LimitFull, &until, &f.HeldLevel, &f.HeldFails, &avgMs, &f.LayerID); err != nil {
+			&f.BurstFull, &f.FolderFull, &f.JobFull, &f.LimitFull, &f.LimitSeats, &f.LimitZero, &f.LimitRoom, &until, &f.HeldLevel, &f.HeldFails, &avgMs, &f.LayerID); err != nil {
 			return nil, fmt.Errorf("explain: %w", err)
 		}
 		if until != nil {
@@ -330,7 +375,13 @@ func Waiting(ctx context.Context, db DB, gpuProtection bool) ([]Count, error) {
 	sum := map[key]int{}
 	for _, l := range ls {
 		if l.Waiting > 0 {
-			sum[key{l.Show, l.Reason}] += l.Waiting
+			if l.Reason == Flowing && l.LimitRoom >= 0 && l.LimitRoom < l.Waiting {
+				// Only as many frames flow as the limits have room for.
+				sum[key{l.Show, Flowing}] += l.LimitRoom
+				sum[key{l.Show, Limit}] += l.Waiting - l.LimitRoom
+			} else {
+				sum[key{l.Show, l.Reason}] += l.Waiting
+			}
 		}
 		if l.Depend > 0 {
 			sum[key{l.Show, Depend}] += l.Depend

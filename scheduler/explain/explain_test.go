@@ -244,3 +244,64 @@ func TestStrand(t *testing.T) {
 		t.Fatalf("the GPU layer (3 idle cores, needs 4): %+v, %v; want capacity", ls, err)
 	}
 }
+
+// A flowing layer under a limit with 3 free frames counts 3 waiting frames
+// as flowing and the rest as limit (not all of them flowing); a node-locked
+// limit whose one seat a host holds says so; a limit of 0 is named first.
+func TestLimitRoomAndSeats(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, s := newFarm(t)
+	str, show, job := must[string](t), must[farmseed.Show](t), must[farmseed.Job](t)
+	fac := str(s.Facility(ctx, "f1"))
+	sh := show(s.Show(ctx, "alpha", true))
+	alloc := str(s.Alloc(ctx, fac, "f1.general", "general"))
+	str(s.Subscribe(ctx, sh, alloc, 100, 100))
+	h1 := str(s.Host(ctx, farmseed.HostSpec{Name: "h1", Alloc: alloc, AllocTag: "general", Cores: 8, MemKB: 32 * farmseed.GB}))
+	str(s.Host(ctx, farmseed.HostSpec{Name: "h2", Alloc: alloc, AllocTag: "general", Cores: 8, MemKB: 32 * farmseed.GB}))
+	frames := str(s.Limit(ctx, "frames3", 3))
+	seat := str(s.Limit(ctx, "seat1", 1))
+	if err := s.LimitPerHost(ctx, seat, true); err != nil {
+		t.Fatal(err)
+	}
+	zero := str(s.Limit(ctx, "zero", 0))
+	mk := func(name, lim string) farmseed.Job {
+		return job(s.Job(ctx, farmseed.JobSpec{Name: name, Show: sh, Facility: fac,
+			Layers: []farmseed.LayerSpec{{Name: name, Tags: []string{"general"}, Frames: 10, Limits: []string{lim}}}}))
+	}
+	mk("room", frames)
+	sj := mk("seated", seat)
+	mk("zeroed", zero)
+	str(s.Proc(ctx, farmseed.ProcSpec{Host: h1, Frame: sj.Layers[0].Frames[0], Cores: 8, MemKB: farmseed.GB}))
+
+	ls, err := explain.Layers(ctx, pool, "", "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]explain.LayerReport{}
+	for _, l := range ls {
+		got[l.Job] = l
+		t.Logf("%-8s %-8s waiting=%d room=%d: %s", l.Job, l.Reason, l.Waiting, l.LimitRoom, l.Detail)
+	}
+	if l := got["room"]; l.Reason != explain.Flowing || l.LimitRoom != 3 || !strings.Contains(l.Detail, "3 of its 10 waiting frames") {
+		t.Errorf("room: %s room %d, want flowing with room 3", l.Reason, l.LimitRoom)
+	}
+	if l := got["seated"]; l.Reason != explain.Limit || !strings.Contains(l.Detail, "node-locked") {
+		t.Errorf("seated: %s %q, want a node-locked limit", l.Reason, l.Detail)
+	}
+	if l := got["zeroed"]; l.Reason != explain.Limit || !strings.Contains(l.Detail, "max of 0") {
+		t.Errorf("zeroed: %s %q, want a limit of 0", l.Reason, l.Detail)
+	}
+	counts, err := explain.Waiting(ctx, pool, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := map[explain.Reason]int{}
+	for _, c := range counts {
+		by[c.Reason] += c.Frames
+	}
+	// room: 3 flowing + 7 limit; seated: 9 limit; zeroed: 10 limit.
+	if by[explain.Flowing] != 3 || by[explain.Limit] != 7+9+10 {
+		t.Errorf("waiting by reason %v, want 3 flowing and 26 limit", by)
+	}
+}

@@ -126,6 +126,10 @@ type Layer struct {
 	FolderMaxCores int64 // folder_resource caps (exactly -1 unlimited; any other value is a cap)
 	FolderMaxGPUs  int64
 	LimitIDs       []string
+	// SeatLimits are the node-locked ones among LimitIDs
+	// (cuesched_limit.b_per_host): they count hosts holding a seat, checked
+	// by the booking script, not frames.
+	SeatLimits []SeatLimit
 	// RuntimeHigh is the layer's longest successful frame so far
 	// (layer_usage.int_clock_time_high, whole seconds; 0 = no history):
 	// the worst-case runtime an EASY backfill is judged by.
@@ -136,6 +140,12 @@ type Layer struct {
 	Running, Succeeded int64
 	Env                map[string]string // job env overlaid by layer env
 	Frames             []Frame
+}
+
+// SeatLimit is a node-locked limit of a layer and its max seats (hosts).
+type SeatLimit struct {
+	ID  string
+	Max int64
 }
 
 // WorstCase is how long a frame of the layer may run, for an EASY backfill:

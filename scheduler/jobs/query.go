@@ -231,6 +231,8 @@ SELECT lay.pk_layer, lay.str_name, lay.str_cmd, lay.str_range, lay.int_chunk_siz
        COALESCE((SELECT fr.int_max_cores FROM folder_resource fr WHERE fr.pk_folder = j.pk_folder LIMIT 1), -1),
        COALESCE((SELECT fr.int_max_gpus FROM folder_resource fr WHERE fr.pk_folder = j.pk_folder LIMIT 1), -1),
        (SELECT array_agg(ll.pk_limit_record ORDER BY ll.pk_limit_record) FROM layer_limit ll WHERE ll.pk_layer = lay.pk_layer),
+       ` + SeatIDsSQL + `,
+       ` + SeatMaxSQL + `,
        (SELECT json_object_agg(e.str_key, e.str_value) FROM job_env e WHERE e.pk_job = $1 AND e.str_key IS NOT NULL),
        (SELECT json_object_agg(e.str_key, e.str_value) FROM layer_env e WHERE e.pk_layer = lay.pk_layer AND e.str_key IS NOT NULL),
        COALESCE((SELECT lu.int_clock_time_high FROM layer_usage lu WHERE lu.pk_layer = lay.pk_layer LIMIT 1), 0),
@@ -279,6 +281,8 @@ func Layers(ctx context.Context, db DB, q LayerQuery) ([]*Layer, error) {
 			tags     string
 			uid      *int64
 			limits   []string
+			seatIDs  []string
+			seatMax  []int64
 			jobEnv   map[string]string
 			layerEnv map[string]string
 			f        Frame
@@ -293,7 +297,7 @@ func Layers(ctx context.Context, db DB, q LayerQuery) ([]*Layer, error) {
 			&l.LogDir, &l.LokiURL, &uid, &l.OS,
 			&l.Priority, &l.JobMaxCores, &l.JobMaxGPUs, &l.JobCoresLive, &l.JobGPUsLive,
 			&l.FolderMaxCores, &l.FolderMaxGPUs,
-			&limits, &jobEnv, &layerEnv, &high, &l.Running, &l.Succeeded,
+			&limits, &seatIDs, &seatMax, &jobEnv, &layerEnv, &high, &l.Running, &l.Succeeded,
 			&f.ID, &f.Name, &f.Number, &f.Version, &f.Eligible, &f.ExitStatus, &f.MaxRSSKB, &f.ReservedKB, &stopped); err != nil {
 			return nil, fmt.Errorf("layers of job %s: %w", q.JobID, err)
 		}
@@ -306,6 +310,11 @@ func Layers(ctx context.Context, db DB, q LayerQuery) ([]*Layer, error) {
 			l.Services = splitList(services, ",")
 			l.Tags = splitList(tags, "|")
 			l.LimitIDs = limits
+			for i, id := range seatIDs {
+				if i < len(seatMax) {
+					l.SeatLimits = append(l.SeatLimits, SeatLimit{ID: id, Max: seatMax[i]})
+				}
+			}
 			l.RuntimeHigh = time.Duration(max(high, 0)) * time.Second
 			if uid != nil {
 				u := int32(*uid)

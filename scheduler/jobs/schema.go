@@ -23,11 +23,14 @@ type Schema struct {
 	// MemorySizing: cuesched_frame_oom and cuesched_layer_oom (rollout
 	// 0009), memory sizing's kill ledger; without them sizing is off.
 	MemorySizing bool
+	// PerHostLimits: cuesched_limit.b_per_host (rollout 0010), node-locked
+	// limits; without it every limit counts frames.
+	PerHostLimits bool
 }
 
 // CurrentSchema is a database at Cuebot V47 or later with every rollout
 // step applied.
-var CurrentSchema = Schema{StartAfter: true, FrameEligible: true, LimitSettings: true, LayerBackoff: true, MemorySizing: true}
+var CurrentSchema = Schema{StartAfter: true, FrameEligible: true, LimitSettings: true, LayerBackoff: true, MemorySizing: true, PerHostLimits: true}
 
 // DetectSchema reads the optional columns from the catalog (the current
 // search_path).
@@ -36,7 +39,7 @@ func DetectSchema(ctx context.Context, db DB) (Schema, error) {
 		JOIN pg_class c ON c.oid = a.attrelid
 		WHERE c.oid IN (to_regclass('layer'), to_regclass('frame'), to_regclass('cuesched_limit'), to_regclass('cuesched_layer_backoff'), to_regclass('cuesched_layer_oom'))
 		  AND a.attnum > 0 AND NOT a.attisdropped
-		  AND a.attname IN ('ts_start_after', 'ts_eligible', 'int_denial_exit_statuses', 'ts_until', 'int_bump_kb')`)
+		  AND a.attname IN ('ts_start_after', 'ts_eligible', 'int_denial_exit_statuses', 'ts_until', 'int_bump_kb', 'b_per_host')`)
 	if err != nil {
 		return Schema{}, fmt.Errorf("detect schema: %w", err)
 	}
@@ -58,6 +61,8 @@ func DetectSchema(ctx context.Context, db DB) (Schema, error) {
 			s.LayerBackoff = true
 		case "cuesched_layer_oom.int_bump_kb":
 			s.MemorySizing = true
+		case "cuesched_limit.b_per_host":
+			s.PerHostLimits = true
 		}
 	}
 	return s, rows.Err()
@@ -83,8 +88,27 @@ func (s Schema) Adapt(sql string) string {
 	if !s.LimitSettings {
 		sql = strings.ReplaceAll(sql, DenialsCTE, "denials AS (SELECT '{}'::integer[] AS codes)")
 	}
+	if !s.PerHostLimits {
+		sql = strings.NewReplacer(SeatIDsSQL, "NULL::text[]", SeatMaxSQL, "NULL::bigint[]", NotPerHostSQL, "").Replace(sql)
+	}
 	return sql
 }
+
+// SeatIDsSQL and SeatMaxSQL read the node-locked limits of layer lay
+// (cuesched_limit.b_per_host, rollout 0010) and their max seats, in the
+// same order; Adapt makes them NULL on a database without the column.
+const (
+	SeatIDsSQL = `(SELECT array_agg(ll.pk_limit_record ORDER BY ll.pk_limit_record) FROM layer_limit ll
+         JOIN cuesched_limit cl ON cl.pk_limit_record = ll.pk_limit_record AND cl.b_per_host WHERE ll.pk_layer = lay.pk_layer)`
+	SeatMaxSQL = `(SELECT array_agg(COALESCE(lr.int_max_value, 0)::bigint ORDER BY ll.pk_limit_record) FROM layer_limit ll
+         JOIN cuesched_limit cl ON cl.pk_limit_record = ll.pk_limit_record AND cl.b_per_host
+         JOIN limit_record lr ON lr.pk_limit_record = ll.pk_limit_record WHERE ll.pk_layer = lay.pk_layer)`
+)
+
+// NotPerHostSQL is the condition of the booking statement that leaves a
+// node-locked limit (alias lr) out of the frame count: the booking script
+// holds its seats. Adapt drops it on a database without the column.
+const NotPerHostSQL = `AND NOT EXISTS (SELECT 1 FROM cuesched_limit cl WHERE cl.pk_limit_record = lr.pk_limit_record AND cl.b_per_host)`
 
 // NotHeldSQL is the condition of the job and layer queries that skips a
 // layer (alias l) held by the fail-fast backoff (package failfast,

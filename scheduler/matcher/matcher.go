@@ -142,6 +142,10 @@ type Config struct {
 	// Spread caps one layer's share of a host (queue.layer_spread; the
 	// zero Spread caps nothing).
 	Spread Spread
+	// SeatPacking (queue.seat_packing) places a layer under node-locked
+	// limits on hosts holding a seat first (see seats.go); it needs
+	// Options.Seats.
+	SeatPacking bool
 }
 
 // Options are the dependencies of a Matcher.
@@ -164,6 +168,9 @@ type Options struct {
 	// share within its lease, package shard); an error ends the layer
 	// without booking and the job without its other layers.
 	Fence func(c *clusters.Cluster) error
+	// Seats reads which hosts hold a seat of a node-locked limit
+	// (publisher.Publisher), for Config.SeatPacking.
+	Seats Seats
 }
 
 // Sizer sizes a job's layers for a pass (memsize.Sizer.Size): it sets
@@ -191,6 +198,7 @@ type Matcher struct {
 	resv    Reservations
 	sizer   Sizer
 	fence   func(c *clusters.Cluster) error
+	seats   Seats
 	sem     chan struct{}
 	log     hclog.Logger
 	m       *metrics
@@ -224,10 +232,14 @@ func New(db jobs.DB, hosts Hosts, disp Dispatcher, cfg Config, o Options) *Match
 	if p == nil {
 		p = NewPermits()
 	}
-	return &Matcher{db: db, hosts: hosts, disp: disp, cfg: cfg, permits: p, backoff: o.Backoff, guard: o.Guard, resv: o.Reservations, sizer: o.Sizer, fence: o.Fence,
+	return &Matcher{db: db, hosts: hosts, disp: disp, cfg: cfg, permits: p, backoff: o.Backoff, guard: o.Guard, resv: o.Reservations, sizer: o.Sizer, fence: o.Fence, seats: o.Seats,
 		sem: make(chan struct{}, cfg.MaxConcurrentLayers), log: log.Named("matcher"), m: newMetrics(o.Registerer),
 		quarantine: map[string]time.Time{}}
 }
+
+// Held counts a layer newly held by the fail-fast backoff
+// (scheduler_layer_holds_total{reason="fail_fast"}); failfast.Loop.Held.
+func (m *Matcher) Held() { m.m.holds.WithLabelValues(string(HoldFailFast)).Inc() }
 
 // quarantined reports whether host is held out after a failed launch.
 func (m *Matcher) quarantined(host string) bool {
@@ -442,22 +454,32 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 			h.KeepCores, h.KeepMemKB = m.guard.Keep(clusterTags, h.IdleGPUs)
 		}
 	}
-	// One layer holds at most its share of a host (unless it is alone).
-	limit := m.spreadLimit(m.cfg.Policy.FrameCores(l.Shape), t.solo)
+	// One layer holds at most its share of a host (unless it is alone, or
+	// packs onto its seat hosts).
+	packing := m.packs(l)
+	limit := m.spreadLimit(m.cfg.Policy.FrameCores(l.Shape), t.solo || packing)
 	remaining := l.Frames
 	attempts := 0
 	idle := false        // a host took nothing: do not spin on this layer
 	var watch jobs.Watch // of the last miss
 	var refused []string // hosts the booking script found reserved for others
+	seatStop := false    // the last stop was a node-locked limit's
 	for !idle && attempts < m.cfg.Attempts && len(remaining) > 0 && ctx.Err() == nil {
 		attempts++
 		now := time.Now()
 		fits := m.cfg.Policy.Fitter(l.Shape) // the job's live cores as of this attempt
-		host, err := m.hosts.Checkout(ctx, HostRequest{
+		var seated seatView
+		if packing {
+			seated = m.seatView(ctx, l)
+		}
+		req := HostRequest{
 			FacilityID: c.FacilityID, ShowID: c.ShowID, Tags: tags,
 			Floor: floor, OS: l.OS, Threadable: l.Threadable, LayerID: l.ID,
 			Accept: func(h sizing.Host) bool {
 				if m.quarantined(h.ID) {
+					return false
+				}
+				if packing && !seated.admits(h.ID) {
 					return false
 				}
 				if slices.Contains(refused, h.ID) || (m.resv != nil && !m.resv.Admit(h.ID, l, now)) {
@@ -469,8 +491,20 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 				}
 				return fits(&h)
 			},
-		})
+		}
+		host, err := m.hosts.Checkout(ctx, req)
+		if packing && errors.Is(err, ErrNoCandidate) && seated.widen() {
+			// No seat host takes a frame: a new host, while a seat is free.
+			host, err = m.hosts.Checkout(ctx, req)
+		}
 		t.pass()
+		if packing && seated.full() && errors.Is(err, ErrNoCandidate) {
+			// Every seat is held and no seat host has room: the limit is
+			// what stops the layer, not the farm.
+			r.stop, seatStop = dispatch.LimitReached, true
+			m.m.seatWaits.Inc()
+			break
+		}
 		if errors.Is(err, ErrNoCandidate) {
 			m.m.noCandidate.Inc()
 			var nc *NoCandidateError
@@ -537,6 +571,7 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 		r.dispatched += len(res.Dispatched)
 		l.JobCoresLive += res.CoresBooked
 		r.stop = res.Stop
+		seatStop = res.Seat != nil
 		if res.Limit != nil {
 			r.table = res.Limit.Table
 		}
@@ -558,6 +593,13 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 		break
 	}
 	m.m.candidates.Observe(float64(attempts))
+	if r.stop == dispatch.LimitReached {
+		if seatStop {
+			m.m.holds.WithLabelValues(string(HoldSeat)).Inc()
+		} else {
+			m.m.holds.WithLabelValues(string(HoldLimit)).Inc()
+		}
+	}
 	blocked := r.dispatched == 0 && (r.stop == dispatch.Done || r.stop == dispatch.HostFull || r.stop == dispatch.Reserved)
 	if m.resv != nil {
 		o := OutcomeOther

@@ -12,7 +12,27 @@ type metrics struct {
 	// spreadCapped: checked-out hosts on which queue.layer_spread limited
 	// the layer's batch.
 	spreadCapped prometheus.Counter
+	// holds: layer passes stopped by a limit (frames or seats), and layers
+	// newly held by the fail-fast backoff (HoldReason).
+	holds     *prometheus.CounterVec
+	seatWaits prometheus.Counter
 }
+
+// HoldReason labels scheduler_layer_holds_total.
+type HoldReason string
+
+// The reasons of scheduler_layer_holds_total.
+const (
+	// HoldLimit: a layer's pass stopped because a limit counting frames
+	// (Cuebot's meaning) had no room.
+	HoldLimit HoldReason = "limit"
+	// HoldSeat: a layer's pass stopped because every seat of a node-locked
+	// limit was held by hosts with no room for it.
+	HoldSeat HoldReason = "seat"
+	// HoldFailFast: the loop leader held a layer whose frames keep failing
+	// fast (scheduler/failfast).
+	HoldFailFast HoldReason = "fail_fast"
+)
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
@@ -41,9 +61,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "scheduler_layer_spread_capped_total",
 			Help: "Host checkouts on which queue.layer_spread limited the layer's batch to its share of the host.",
 		}),
+		holds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scheduler_layer_holds_total",
+			Help: "Layers held back: passes stopped by a limit with no room (reason limit: frames; seat: every seat of a node-locked limit held) and layers newly held by the fail-fast backoff (fail_fast).",
+		}, []string{"reason"}),
+		seatWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scheduler_seat_packing_waits_total",
+			Help: "Layer passes of a node-locked limit that found every seat held and no seat host with room, so tried no other host.",
+		}),
+	}
+	for _, r := range []HoldReason{HoldLimit, HoldSeat, HoldFailFast} {
+		m.holds.WithLabelValues(string(r))
 	}
 	if reg != nil {
-		reg.MustRegister(m.noCandidate, m.candidates, m.permitDenied, m.quarantined, m.jobBudgetSpent, m.spreadCapped)
+		reg.MustRegister(m.noCandidate, m.candidates, m.permitDenied, m.quarantined, m.jobBudgetSpent, m.spreadCapped,
+			m.holds, m.seatWaits)
 	}
 	return m
 }

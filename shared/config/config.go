@@ -202,6 +202,12 @@ type Queue struct {
 	GPUProtection bool `yaml:"gpu_protection"`
 	// GPUProtectionRefresh is how often the waiting GPU layers are re-read.
 	GPUProtectionRefresh Duration `yaml:"gpu_protection_refresh"`
+	// SeatPacking: a layer under a node-locked limit (cuesched limit
+	// set-per-host) is placed on hosts that already hold a seat first, and
+	// on another host only while a seat is free; its frames are not spread
+	// (queue.layer_spread) over seat hosts. false: hosts in the cache's
+	// order, the booking script refusing hosts without a seat.
+	SeatPacking bool `yaml:"seat_packing"`
 	// WaitingStatsInterval is how often the loop leader counts waiting
 	// frames by reason for scheduler_waiting_frames (0 disables it).
 	WaitingStatsInterval Duration `yaml:"waiting_stats_interval"`
@@ -470,6 +476,7 @@ func Default() Config {
 			ShowTiers:                     true,
 			ShowTierRefresh:               Duration(time.Second),
 			GPUProtection:                 true,
+			SeatPacking:                   true,
 			GPUProtectionRefresh:          Duration(time.Second),
 			WaitingStatsInterval:          Duration(30 * time.Second),
 			LayerBackoffMin:               Duration(time.Second),

@@ -205,6 +205,15 @@ func (s *Seeder) LimitDenials(ctx context.Context, limit string, statuses ...int
 	return wrap("limit denials of "+limit, err)
 }
 
+// LimitPerHost marks limit node-locked (cuesched_limit.b_per_host, rollout
+// 0010): it counts the hosts holding a seat, not the frames.
+func (s *Seeder) LimitPerHost(ctx context.Context, limit string, on bool) error {
+	_, err := s.DB.Exec(ctx, `INSERT INTO cuesched_limit (pk_limit_record, b_per_host) VALUES ($1, $2)
+		ON CONFLICT (pk_limit_record) DO UPDATE SET b_per_host = EXCLUDED.b_per_host, ts_updated = now()`,
+		limit, on)
+	return wrap("limit per-host setting of "+limit, err)
+}
+
 // HostTag is an extra host tag.
 type HostTag struct {
 	Name string
