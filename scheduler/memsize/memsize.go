@@ -21,7 +21,10 @@
 // the frame's int_exit_status, int_mem_max_used and int_mem_reserved)
 // books its own raised size, sizing.History.RetryKB, at least the layer's:
 // it is dispatched as a one-frame copy of its layer with Shape.FrameMemKB
-// set. The kill is recorded once in cuesched_frame_oom (keyed by frame and
+// set. RetryKB has no upper bound but sizing.max_memory, so on a host with
+// less memory than it the retry books the host's whole memory instead, if
+// that holds the killed run's max RSS (Shape.FrameFloorKB): a retry is
+// never sized out of every host that could run it. The kill is recorded once in cuesched_frame_oom (keyed by frame and
 // ts_stopped, so two instances or a failover record it once); when the
 // layer's kills since its last bump within sizing.oom_bump_window reach
 // sizing.oom_bump_kills, the same transaction raises cuesched_layer_oom's
@@ -322,6 +325,9 @@ func (s *Sizer) Size(ctx context.Context, layers []*jobs.Layer) ([]*jobs.Layer, 
 			c := *l
 			c.Frames = []jobs.Frame{f}
 			c.FrameMemKB = max(k.RetryKB, layerKB)
+			// On hosts smaller than the retry it books the whole host,
+			// as long as that holds what the killed run used.
+			c.FrameFloorKB = min(max(f.MaxRSSKB, layerKB), c.FrameMemKB)
 			out = append(out, &c)
 			s.m.retries.Inc()
 		}

@@ -254,6 +254,13 @@ func TestOOMStateMachineAndFailover(t *testing.T) {
 	if r := retries(ls); len(r) != 1 || r[f.job.Layers[0].Frames[0]] != 9*gb {
 		t.Fatalf("kill 1 retries %v", r)
 	}
+	for _, l := range ls {
+		// The retry may clamp to a smaller host's whole memory, never
+		// below what the killed run used.
+		if l.FrameMemKB > 0 && l.FrameFloorKB != 6*gb {
+			t.Fatalf("kill 1 retry floor %d KB, want its 6 GB max RSS", l.FrameFloorKB)
+		}
+	}
 	if got := layerMem(t, ls); got != 4*gb {
 		t.Fatalf("after one kill the layer books %d KB, want its 4 GB request (Cuebot's ratchet undone)", got)
 	}
