@@ -24,7 +24,10 @@
 // set. RetryKB has no upper bound but sizing.max_memory, so on a host with
 // less memory than it the retry books the host's whole memory instead, if
 // that holds the killed run's max RSS (Shape.FrameFloorKB): a retry is
-// never sized out of every host that could run it. The kill is recorded once in cuesched_frame_oom (keyed by frame and
+// never sized out of every host that could run it. Until the layer is
+// sized (history or a bump), a layer with recorded kills starts at most
+// sizing.probe_frames new frames at once: its request is known to be too
+// small, and a wave launched at it would only add kills. The kill is recorded once in cuesched_frame_oom (keyed by frame and
 // ts_stopped, so two instances or a failover record it once); when the
 // layer's kills since its last bump within sizing.oom_bump_window reach
 // sizing.oom_bump_kills, the same transaction raises cuesched_layer_oom's
@@ -313,10 +316,21 @@ func (s *Sizer) Size(ctx context.Context, layers []*jobs.Layer) ([]*jobs.Layer, 
 			continue
 		}
 		layerKB := d.MemKB
+		// A layer booking its request with memory kills recorded (and no
+		// history or bump yet to size it) holds its new frames to
+		// probe_frames at once until the bump decision: its request is
+		// known to be too small, so launching a whole wave at it only
+		// adds kills. Its killed frames retry at their own sizes.
+		hold := int64(-1)
+		if d.Source == sizing.SourceRequest && h.Kills > 0 && s.h.ProbeFrames > 0 {
+			hold = max(int64(s.h.ProbeFrames)-l.Running, 0)
+		}
 		keep := l.Frames[:0:0]
 		for _, f := range l.Frames {
 			if f.Stopped.IsZero() || !sizing.MemoryKill(f.ExitStatus, f.MaxRSSKB, f.ReservedKB) {
-				keep = append(keep, f)
+				if hold < 0 || int64(len(keep)) < hold {
+					keep = append(keep, f)
+				}
 				continue
 			}
 			k := Kill{FrameID: f.ID, LayerID: l.ID, Stopped: f.Stopped, ExitStatus: f.ExitStatus,
