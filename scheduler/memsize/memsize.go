@@ -100,11 +100,6 @@ type Sizer struct {
 type entry struct {
 	read time.Time
 	hist History
-	// succeeded is the layer's succeeded count (layer_stat) when it was
-	// read: an entry with too few samples is read again once more frames
-	// have succeeded, so a layer leaves "no history" (its probes, its
-	// request) as soon as its samples exist, not when the TTL ends.
-	succeeded int64
 }
 
 type killKey struct {
@@ -211,11 +206,8 @@ func (s *Sizer) histories(ctx context.Context, layers []*jobs.Layer) (map[string
 	out := make(map[string]History, len(layers))
 	var miss []string
 	s.mu.Lock()
-	succeeded := make(map[string]int64, len(layers))
 	for _, l := range layers {
-		succeeded[l.ID] = max(succeeded[l.ID], l.Succeeded)
-		if e, ok := s.cache[l.ID]; ok && s.ttl > 0 && now.Sub(e.read) < s.ttl &&
-			(len(e.hist.SamplesKB) >= s.h.NeedSamples() || l.Succeeded <= e.succeeded) {
+		if e, ok := s.cache[l.ID]; ok && s.ttl > 0 && now.Sub(e.read) < s.ttl {
 			out[l.ID] = e.hist
 			continue
 		}
@@ -236,7 +228,7 @@ func (s *Sizer) histories(ctx context.Context, layers []*jobs.Layer) (map[string
 	for id, h := range read {
 		out[id] = h
 		if s.ttl > 0 {
-			s.cache[id] = entry{read: now, hist: h, succeeded: succeeded[id]}
+			s.cache[id] = entry{read: now, hist: h}
 		}
 	}
 	// Forget entries long expired, so the cache follows the live layers.

@@ -483,31 +483,3 @@ func TestKilledLayerHeldUntilBump(t *testing.T) {
 		t.Fatalf("after the bump: bump %d KB, %d frames at %d KB", b, frames(ls), layerMem(t, ls))
 	}
 }
-
-// A cached history with too few samples is read again, within the TTL, as
-// soon as more frames of the layer have succeeded: the probes end when
-// their samples exist, not when the cache expires (no frames start at the
-// request in between). A layer whose count did not move stays cached.
-func TestStaleHistoryReadAgainAfterSuccesses(t *testing.T) {
-	t.Parallel()
-	f := setup(t, farmseed.LayerSpec{Name: "sim", Frames: 12, MemKB: 2 * gb})
-	now := time.Unix(1_000_000, 0)
-	s := New(f.pool, policy(), Options{TTL: 30 * time.Second, Now: func() time.Time { return now }})
-	if ls := f.size(t, s); len(ls) != 1 || len(ls[0].Frames) != 3 || ls[0].RSSKB != 0 {
-		t.Fatalf("probing: %+v", ls)
-	}
-	f.size(t, s)
-	if got := counter(t, s.m.historyReads); got != 1 {
-		t.Fatalf("nothing succeeded: the cached history is reused, got %v reads", got)
-	}
-	f.succeed(t, 18*gb, 17*gb, 18*gb, 16*gb)
-	f.exec(t, `UPDATE layer_stat SET int_succeeded_count = 4 WHERE pk_layer = $1`, f.layer)
-	ls := f.size(t, s) // still within the TTL
-	if len(ls) != 1 || len(ls[0].Frames) != 8 || ls[0].RSSKB != 18*gb {
-		t.Fatalf("after the probes succeeded, within the TTL: %+v", ls)
-	}
-	f.size(t, s)
-	if got := counter(t, s.m.historyReads); got != 2 {
-		t.Fatalf("history read %v times, want 2 (once more after the successes, then cached)", got)
-	}
-}
