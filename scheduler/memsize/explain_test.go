@@ -26,7 +26,7 @@ func TestExplainSaysWhy(t *testing.T) {
 		t.Errorf("%+v", e)
 	}
 	h.BumpKB, h.Bumps = 10*gb, 1
-	if e := Explain(p, h); e.Source != sizing.SourceBump || !strings.Contains(e.Text, "raised after 3 memory kills within 1h0m0s (1 bump(s))") {
+	if e := Explain(p, h); e.Source != sizing.SourceBump || !strings.Contains(e.Text, "raised after 2 memory kills within 1h0m0s (1 bump(s))") {
 		t.Errorf("bump: %+v", e)
 	}
 	p.Memory = sizing.ModeRequest

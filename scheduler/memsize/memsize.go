@@ -21,7 +21,13 @@
 // the frame's int_exit_status, int_mem_max_used and int_mem_reserved)
 // books its own raised size, sizing.History.RetryKB, at least the layer's:
 // it is dispatched as a one-frame copy of its layer with Shape.FrameMemKB
-// set. The kill is recorded once in cuesched_frame_oom (keyed by frame and
+// set. RetryKB has no upper bound but sizing.max_memory, so on a host with
+// less memory than it the retry books the host's whole memory instead, if
+// that holds the killed run's max RSS (Shape.FrameFloorKB): a retry is
+// never sized out of every host that could run it. Until the layer is
+// sized (history or a bump), a layer with recorded kills starts at most
+// sizing.probe_frames new frames at once: its request is known to be too
+// small, and a wave launched at it would only add kills. The kill is recorded once in cuesched_frame_oom (keyed by frame and
 // ts_stopped, so two instances or a failover record it once); when the
 // layer's kills since its last bump within sizing.oom_bump_window reach
 // sizing.oom_bump_kills, the same transaction raises cuesched_layer_oom's
@@ -310,10 +316,21 @@ func (s *Sizer) Size(ctx context.Context, layers []*jobs.Layer) ([]*jobs.Layer, 
 			continue
 		}
 		layerKB := d.MemKB
+		// A layer booking its request with memory kills recorded (and no
+		// history or bump yet to size it) holds its new frames to
+		// probe_frames at once until the bump decision: its request is
+		// known to be too small, so launching a whole wave at it only
+		// adds kills. Its killed frames retry at their own sizes.
+		hold := int64(-1)
+		if d.Source == sizing.SourceRequest && h.Kills > 0 && s.h.ProbeFrames > 0 {
+			hold = max(int64(s.h.ProbeFrames)-l.Running, 0)
+		}
 		keep := l.Frames[:0:0]
 		for _, f := range l.Frames {
 			if f.Stopped.IsZero() || !sizing.MemoryKill(f.ExitStatus, f.MaxRSSKB, f.ReservedKB) {
-				keep = append(keep, f)
+				if hold < 0 || int64(len(keep)) < hold {
+					keep = append(keep, f)
+				}
 				continue
 			}
 			k := Kill{FrameID: f.ID, LayerID: l.ID, Stopped: f.Stopped, ExitStatus: f.ExitStatus,
@@ -322,6 +339,9 @@ func (s *Sizer) Size(ctx context.Context, layers []*jobs.Layer) ([]*jobs.Layer, 
 			c := *l
 			c.Frames = []jobs.Frame{f}
 			c.FrameMemKB = max(k.RetryKB, layerKB)
+			// On hosts smaller than the retry it books the whole host,
+			// as long as that holds what the killed run used.
+			c.FrameFloorKB = min(max(f.MaxRSSKB, layerKB), c.FrameMemKB)
 			out = append(out, &c)
 			s.m.retries.Inc()
 		}

@@ -24,7 +24,14 @@ const gb = farmseed.GB
 
 func policy() sizing.History {
 	return sizing.History{Memory: sizing.ModeHistory, Threadable: sizing.ModeHistory, Quantile: 0.95, Headroom: 0.1, MinKB: 256 << 10,
-		WindowFrames: 32, MinSamples: 4, MaxAge: 12 * time.Hour, OOMRetryFactor: 1.5, OOMBumpKills: 3, OOMBumpWindow: time.Hour, ProbeFrames: 3}
+		WindowFrames: 32, MinSamples: 4, MaxAge: 12 * time.Hour, OOMRetryFactor: 1.5, OOMBumpKills: 2, OOMBumpWindow: time.Hour, ProbeFrames: 3}
+}
+
+// policyK is policy() bumping a layer after k kills.
+func policyK(k int) sizing.History {
+	h := policy()
+	h.OOMBumpKills = k
+	return h
 }
 
 type fixture struct {
@@ -244,7 +251,7 @@ func retries(ls []*jobs.Layer) map[string]int64 {
 func TestOOMStateMachineAndFailover(t *testing.T) {
 	t.Parallel()
 	f := setup(t, farmseed.LayerSpec{Name: "under", Frames: 10, MemKB: 4 * gb, NotThreadable: true})
-	a := New(f.pool, policy(), Options{})
+	a := New(f.pool, policyK(3), Options{})
 
 	// Kill 1: frame 0 ran at 4 GB, peaked at 6 GB. Cuebot's completion
 	// ratchets the layer to the booking + 2 GB.
@@ -253,6 +260,13 @@ func TestOOMStateMachineAndFailover(t *testing.T) {
 	ls := f.size(t, a)
 	if r := retries(ls); len(r) != 1 || r[f.job.Layers[0].Frames[0]] != 9*gb {
 		t.Fatalf("kill 1 retries %v", r)
+	}
+	for _, l := range ls {
+		// The retry may clamp to a smaller host's whole memory, never
+		// below what the killed run used.
+		if l.FrameMemKB > 0 && l.FrameFloorKB != 6*gb {
+			t.Fatalf("kill 1 retry floor %d KB, want its 6 GB max RSS", l.FrameFloorKB)
+		}
 	}
 	if got := layerMem(t, ls); got != 4*gb {
 		t.Fatalf("after one kill the layer books %d KB, want its 4 GB request (Cuebot's ratchet undone)", got)
@@ -284,7 +298,7 @@ func TestOOMStateMachineAndFailover(t *testing.T) {
 		SELECT pk_frame, ts_stopped, pk_layer, 33, 8388608, 4194304, 12582912 FROM frame WHERE pk_frame = $1`, f.job.Layers[0].Frames[2]); err != nil {
 		t.Fatal(err)
 	}
-	b := New(f.pool, policy(), Options{}) // a fresh process: nothing cached
+	b := New(f.pool, policyK(3), Options{}) // a fresh process: nothing cached
 	done := make(chan []*jobs.Layer)
 	go func() {
 		ls, err := b.Size(f.ctx, f.layers(t))
@@ -351,7 +365,7 @@ func TestOOMStateMachineAndFailover(t *testing.T) {
 func TestConcurrentKillsCountEachOther(t *testing.T) {
 	t.Parallel()
 	f := setup(t, farmseed.LayerSpec{Name: "under", Frames: 10, MemKB: 4 * gb, NotThreadable: true})
-	a, b := New(f.pool, policy(), Options{}), New(f.pool, policy(), Options{})
+	a, b := New(f.pool, policyK(3), Options{}), New(f.pool, policyK(3), Options{})
 	f.kill(t, 0, 33, 6*gb, 4*gb, 3*time.Minute)
 	f.size(t, a)
 	ls := f.layers(t)
@@ -425,4 +439,47 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// A layer booking its request with a memory kill recorded holds its new
+// frames to probe_frames at once until the bump decision; its killed frame
+// still retries, and the bump (oom_bump_kills kills) releases the layer.
+func TestKilledLayerHeldUntilBump(t *testing.T) {
+	t.Parallel()
+	f := setup(t, farmseed.LayerSpec{Name: "under", Frames: 10, MemKB: 4 * gb, NotThreadable: true})
+	s := New(f.pool, policy(), Options{}) // oom_bump_kills 2, the default
+	if ls := f.size(t, s); len(ls) != 1 || len(ls[0].Frames) != 10 {
+		t.Fatalf("no kill: the whole layer is offered, got %+v", ls)
+	}
+	f.kill(t, 0, 33, 9*gb, 4*gb, 2*time.Minute)
+	ls := f.size(t, s)
+	frames := func(ls []*jobs.Layer) (held int) {
+		for _, l := range ls {
+			if l.FrameMemKB == 0 {
+				held += len(l.Frames)
+			}
+		}
+		return held
+	}
+	if len(retries(ls)) != 1 || frames(ls) != 3 || layerMem(t, ls) != 4*gb {
+		t.Fatalf("one kill: want its retry and 3 frames at the request, got retries %v, %d frames", retries(ls), frames(ls))
+	}
+	f.exec(t, `UPDATE layer_stat SET int_running_count = 2 WHERE pk_layer = $1`, f.layer)
+	if ls := f.size(t, s); len(retries(ls)) != 1 || frames(ls) != 1 {
+		t.Fatalf("2 running: one more may start, got %d", frames(ls))
+	}
+	f.exec(t, `UPDATE layer_stat SET int_running_count = 5 WHERE pk_layer = $1`, f.layer)
+	if ls := f.size(t, s); len(retries(ls)) != 1 || frames(ls) != 0 {
+		t.Fatalf("5 running: none may start, got %d", frames(ls))
+	}
+	// The second kill bumps the layer (this pass still holds it); from the
+	// next pass every frame is offered at the bump.
+	f.kill(t, 1, 33, 10*gb, 4*gb, time.Minute)
+	if ls := f.size(t, s); len(retries(ls)) != 2 || frames(ls) != 0 {
+		t.Fatalf("second kill: retries %v, %d frames", retries(ls), frames(ls))
+	}
+	ls = f.size(t, s)
+	if _, b, _ := f.ledger(t); b != 15*gb || frames(ls) != 8 || layerMem(t, ls) != 15*gb {
+		t.Fatalf("after the bump: bump %d KB, %d frames at %d KB", b, frames(ls), layerMem(t, ls))
+	}
 }

@@ -51,6 +51,12 @@ type Shape struct {
 	// FrameMemKB is one frame's own size after a memory kill
 	// (History.RetryKB); 0: the frame books the layer's size.
 	FrameMemKB int64
+	// FrameFloorKB is the least that retry may book: the killed run's max
+	// RSS, at least the layer's size (0: FrameMemKB is exact). On a host
+	// with less memory than FrameMemKB the retry books the host's whole
+	// memory instead, if that is at least FrameFloorKB: a retry is never
+	// raised above every host that could run it.
+	FrameFloorKB int64
 	// RSSKB is what a frame is expected to use (the quantile of the RSS
 	// peaks); with threadable sizing on, a threadable frame books
 	// round(RSSKB / host memory per core) cores. 0: the request's cores.
@@ -106,7 +112,17 @@ func (p Policy) JobBudget(l Shape) int64 {
 // Request is what one frame of l asks for.
 func (p Policy) Request(l Shape) Request {
 	return Request{CoresMin: l.CoresMin, CoresMax: l.CoresMax, MemKB: p.MemKB(l),
-		GPUs: max(l.GPUsMin, 0), GPUMemKB: max(l.GPUMemMinKB, 0), Threadable: l.Threadable, Selfish: p.Selfish(l), RSSKB: p.rssKB(l)}
+		GPUs: max(l.GPUsMin, 0), GPUMemKB: max(l.GPUMemMinKB, 0), Threadable: l.Threadable, Selfish: p.Selfish(l), RSSKB: p.rssKB(l),
+		MemFloorKB: p.memFloorKB(l)}
+}
+
+// memFloorKB is the least a retried frame books on a host smaller than its
+// retry size (0: none; see Shape.FrameFloorKB).
+func (p Policy) memFloorKB(l Shape) int64 {
+	if l.FrameMemKB <= 0 || l.FrameFloorKB <= 0 {
+		return 0
+	}
+	return min(l.FrameFloorKB, l.FrameMemKB)
 }
 
 // rssKB is the memory a threadable frame's cores are derived from (0: its
@@ -174,13 +190,18 @@ type Floor struct {
 	Cores, MemKB, GPUs, GPUMemKB int64
 }
 
-// Floor returns l's floors.
+// Floor returns l's floors (a retried frame's memory floor is the least
+// it may book, Shape.FrameFloorKB: Fits decides per host).
 func (p Policy) Floor(l Shape) Floor {
 	cores := l.CoresMin
 	if cores <= 0 {
 		cores = p.Unit()
 	}
-	return Floor{Cores: cores, MemKB: p.MemKB(l), GPUs: max(l.GPUsMin, 0), GPUMemKB: max(l.GPUMemMinKB, 0)}
+	mem := p.MemKB(l)
+	if f := p.memFloorKB(l); f > 0 {
+		mem = f // a retry clamps to hosts smaller than its size
+	}
+	return Floor{Cores: cores, MemKB: mem, GPUs: max(l.GPUsMin, 0), GPUMemKB: max(l.GPUMemMinKB, 0)}
 }
 
 // FrameCores is the fewest centicores one frame of l books on any host: one

@@ -83,3 +83,44 @@ func TestPolicyFitsIdle(t *testing.T) {
 		t.Fatal("more cores than the host has")
 	}
 }
+
+// A retry larger than a host books the host's whole memory when that still
+// holds the killed run's max RSS, never more; a host below the floor, or
+// one with any memory in use, refuses it; a larger host books the retry.
+func TestRetryClampsToHostMemory(t *testing.T) {
+	p := Policy{CoreUnit: 100, History: History{Threadable: ModeHistory}}
+	l := Shape{CoresMin: 100, MemMinKB: 4 * gb, SizedMemKB: 4 * gb, FrameMemKB: 72 * gb, FrameFloorKB: 48 * gb, JobMaxCores: 10000}
+	host := func(memKB, idleKB int64) Host {
+		return Host{TotalCores: 1600, IdleCores: 1600, TotalMemKB: memKB, IdleMemKB: idleKB}
+	}
+	if f := p.Floor(l); f.MemKB != 48*gb {
+		t.Fatalf("a retry's host floor is its least size, got %d", f.MemKB)
+	}
+	if rs, why := p.Plan(host(64*gb, 64*gb), l, 1); why != Fits || rs[0].MemKB != 64*gb {
+		t.Fatalf("72 GB retry on an idle 64 GB host: %+v %q, want 64 GB booked", rs, why)
+	}
+	if !p.FitsIdle(host(64*gb, 0), l) {
+		t.Fatal("FitsIdle must agree with the clamp")
+	}
+	if p.Fits(host(64*gb, 60*gb), l) {
+		t.Fatal("the clamped retry needs the whole host's memory idle")
+	}
+	if p.Fits(host(32*gb, 32*gb), l) {
+		t.Fatal("a host below the killed run's max RSS must refuse the retry")
+	}
+	if rs, why := p.Plan(host(128*gb, 128*gb), l, 1); why != Fits || rs[0].MemKB != 72*gb {
+		t.Fatalf("a host larger than the retry books it as sized: %+v %q", rs, why)
+	}
+	// Without a floor the retry size is exact (bad data, an old caller).
+	exact := l
+	exact.FrameFloorKB = 0
+	if p.Fits(host(64*gb, 64*gb), exact) || p.Floor(exact).MemKB != 72*gb {
+		t.Fatal("a retry without a floor books exactly its size")
+	}
+	// Threadable cores follow the clamped memory, not the retry size.
+	th := l
+	th.Threadable, th.RSSKB = true, 24*gb
+	if rs, why := p.Plan(host(64*gb, 64*gb), th, 1); why != Fits || rs[0].Cores != 1600 || rs[0].MemKB != 64*gb {
+		t.Fatalf("threadable clamped retry: %+v %q, want 16 cores and 64 GB", rs, why)
+	}
+}

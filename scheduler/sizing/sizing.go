@@ -23,7 +23,8 @@
 //     budget then cap the count.
 //
 // Memory books the layer's effective memory (Policy.MemKB: a frame's own
-// size after a memory kill, else the layer's size from its RSS history,
+// size after a memory kill, clamped to the host's total memory when that
+// is smaller but still holds the killed run's max RSS, else the layer's size from its RSS history,
 // else the layer minimum, a negative one replaced by mem_reserved_min); GPUs and GPU memory
 // book exactly the layer minimums. A frame that does not fit (no core left,
 // or the cores, memory or GPUs it needs exceed what is idle) is refused.
@@ -89,6 +90,11 @@ type Request struct {
 	// core) cores, within its minimum and maximum (threadable sizing; 0:
 	// Cuebot's rules).
 	RSSKB int64
+	// MemFloorKB > 0 marks a retry after a memory kill: on a host whose
+	// total memory is below MemKB it books the host's total memory
+	// instead, if that is at least MemFloorKB (else the host cannot run
+	// it). 0: MemKB is exact.
+	MemFloorKB int64
 }
 
 // Reservation is what one frame books (centicores, KB).
@@ -125,6 +131,12 @@ func (p Policy) reserve(h *Host, r *Request, jobBudget int64) (Reservation, Reas
 	// Negative requests are bad data, never a reservation that gives the
 	// host resources back.
 	memKB := p.clampMemKB(r.MemKB)
+	rssKB := r.RSSKB
+	if r.MemFloorKB > 0 && memKB > h.TotalMemKB && h.TotalMemKB >= r.MemFloorKB {
+		// A retry larger than this host books all of it, never more.
+		memKB = h.TotalMemKB
+		rssKB = min(rssKB, memKB)
+	}
 	gpus, gpuMemKB := max(r.GPUs, 0), max(r.GPUMemKB, 0)
 	idleCores, idleMemKB := h.IdleCores, h.IdleMemKB
 	if h.KeepCores > 0 || h.KeepMemKB > 0 {
@@ -168,12 +180,12 @@ func (p Policy) reserve(h *Host, r *Request, jobBudget int64) (Reservation, Reas
 		cores = 1
 	case h.ThreadMode == All:
 		cores = idle
-	case r.RSSKB > 0:
+	case rssKB > 0:
 		// Sized to the memory it will use on this host.
 		perCore := (h.TotalMemKB + total/2) / total
 		cores = 1
 		if perCore > 0 {
-			cores = max((r.RSSKB+perCore/2)/perCore, 1)
+			cores = max((rssKB+perCore/2)/perCore, 1)
 		}
 		cores = max(cores, want)
 	case h.ThreadMode == Variable && want <= 2:

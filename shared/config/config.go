@@ -508,7 +508,7 @@ func Default() Config {
 			MaxMemory:      0,
 			HistoryTTL:     Duration(30 * time.Second),
 			OOMRetryFactor: 1.5,
-			OOMBumpKills:   3,
+			OOMBumpKills:   2,
 			OOMBumpWindow:  Duration(time.Hour),
 			ProbeFrames:    3,
 		},
