@@ -191,6 +191,10 @@ func Run(ctx context.Context, o Options) error {
 	cfg.Queue.ActiveScanInterval = config.Duration(500 * time.Millisecond)
 	cfg.Queue.LayerBackoffMax = config.Duration(2 * time.Second)
 	cfg.Scheduler.Facility = "spi"
+	// One instance splitting by allocation owns every share after its first
+	// step and books as with "none"; it shows the work-split metrics (the
+	// dashboard's "Several instances" row) on the demo farm.
+	cfg.Scheduler.WorkSplit = config.WorkSplitAllocation
 	// A demo lasts a minute or two: wide frames reserve a host after 5 s
 	// of being blocked (not 5 min), and the waiting-frame gauge on
 	// /metrics is counted every 5 s (not 30 s).

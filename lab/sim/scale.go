@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"github.com/cuesched/cuesched/shared/config"
+
 	"context"
 	"fmt"
 	"math"
@@ -48,9 +50,13 @@ const (
 
 var (
 	scaleBaseline = Variant{Name: "tenth farm"}
-	scaleTwo      = Variant{Name: "2 schedulers"}
-	scaleThree    = Variant{Name: "3 schedulers"}
+	// Several schedulers split the work by allocation (scheduler.work_split),
+	// as a facility running several instances should.
+	scaleTwo   = Variant{Name: "2 schedulers", Config: splitByAllocation}
+	scaleThree = Variant{Name: "3 schedulers", Config: splitByAllocation}
 )
+
+func splitByAllocation(c *config.Config) { c.Scheduler.WorkSplit = config.WorkSplitAllocation }
 
 // scaleSize is the farm of one SCALE run.
 func (w *World) scaleSize() (hosts, frames, schedulers int) {
