@@ -177,6 +177,22 @@ func runLimitSetDenials(ctx context.Context, c *cli.Env, args []string) int {
 	if err != nil {
 		return fs.Fail("%v", err)
 	}
+	if code := setLimit(ctx, c, name, v, pos[0], func(h limitSchema) bool { return h.denials },
+		"table cuesched_limit is missing: rollout step 0007_limit_settings is not applied",
+		`INSERT INTO cuesched_limit (pk_limit_record, int_denial_exit_statuses) VALUES ($1, $2)
+		ON CONFLICT (pk_limit_record) DO UPDATE SET int_denial_exit_statuses = EXCLUDED.int_denial_exit_statuses, ts_updated = now()`,
+		codes); code != 0 {
+		return code
+	}
+	fmt.Fprintf(c.Stdout, "limit %s: denial exit statuses %s\n", pos[0], statusList(codes))
+	return 0
+}
+
+// setLimit writes one of cuesched's settings of a limit (upsert: $1 the
+// limit's id, $2 value) once the database has it (present; else missing
+// is the error, with the step to apply).
+func setLimit(ctx context.Context, c *cli.Env, name string, v cli.ConnValues, limit string,
+	present func(limitSchema) bool, missing, upsert string, value any) int {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	cn, has, code := openLimits(ctx, c, name, v)
@@ -184,21 +200,18 @@ func runLimitSetDenials(ctx context.Context, c *cli.Env, args []string) int {
 		return code
 	}
 	defer cn.Close()
-	if !has.denials {
-		fmt.Fprintf(c.Stderr, "%s: table cuesched_limit is missing: rollout step 0007_limit_settings is not applied (run cuesched migrate up)\n", name)
+	if !present(has) {
+		fmt.Fprintf(c.Stderr, "%s: %s (run cuesched migrate up)\n", name, missing)
 		return 1
 	}
-	id, code := limitID(ctx, c, name, cn, pos[0])
+	id, code := limitID(ctx, c, name, cn, limit)
 	if code != 0 {
 		return code
 	}
-	if _, err := cn.Pool.Exec(ctx, `INSERT INTO cuesched_limit (pk_limit_record, int_denial_exit_statuses) VALUES ($1, $2)
-		ON CONFLICT (pk_limit_record) DO UPDATE SET int_denial_exit_statuses = EXCLUDED.int_denial_exit_statuses, ts_updated = now()`,
-		id, codes); err != nil {
+	if _, err := cn.Pool.Exec(ctx, upsert, id, value); err != nil {
 		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
 		return 1
 	}
-	fmt.Fprintf(c.Stdout, "limit %s: denial exit statuses %s\n", pos[0], statusList(codes))
 	return 0
 }
 
@@ -288,26 +301,12 @@ func runLimitSetPerHost(ctx context.Context, c *cli.Env, args []string) int {
 	default:
 		return fs.Fail("want on or off, got %q", pos[1])
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	cn, has, code := openLimits(ctx, c, name, v)
-	if code != 0 {
-		return code
-	}
-	defer cn.Close()
-	if !has.perHost {
-		fmt.Fprintf(c.Stderr, "%s: column cuesched_limit.b_per_host is missing: rollout step 0010_limit_per_host is not applied (run cuesched migrate up)\n", name)
-		return 1
-	}
-	id, code := limitID(ctx, c, name, cn, pos[0])
-	if code != 0 {
-		return code
-	}
-	if _, err := cn.Pool.Exec(ctx, `INSERT INTO cuesched_limit (pk_limit_record, b_per_host) VALUES ($1, $2)
+	if code := setLimit(ctx, c, name, v, pos[0], func(h limitSchema) bool { return h.perHost },
+		"column cuesched_limit.b_per_host is missing: rollout step 0010_limit_per_host is not applied",
+		`INSERT INTO cuesched_limit (pk_limit_record, b_per_host) VALUES ($1, $2)
 		ON CONFLICT (pk_limit_record) DO UPDATE SET b_per_host = EXCLUDED.b_per_host, ts_updated = now()`,
-		id, on); err != nil {
-		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
-		return 1
+		on); code != 0 {
+		return code
 	}
 	if on {
 		fmt.Fprintf(c.Stdout, "limit %s: node-locked (counts hosts holding a seat)\n", pos[0])
