@@ -201,3 +201,46 @@ func TestPatience(t *testing.T) {
 		t.Errorf("a factor below 1 must be ignored: Patience(1m) = %v", got)
 	}
 }
+
+// A port another process bound between FreePort and the server's own bind is
+// given up for another: whether the clash shows as our server failing to
+// bind, or as the other server answering on it, never as a test connected
+// to someone else's server.
+func TestPortTakenIsRetried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	other := RedisServer(t)
+	r, err := StartRedis(ctx, RedisOptions{Databases: 16, takenPorts: []int{other.Port(), other.Port()}})
+	if err != nil {
+		t.Fatalf("redis: %v", err)
+	}
+	defer r.Stop()
+	if r.Port() == other.Port() {
+		t.Fatalf("redis started on the taken port %d", r.Port())
+	}
+	if pid, err := redisPID(r.Addr()); err != nil || pid != r.cmd.Process.Pid {
+		t.Fatalf("redis on %s answers for pid %d (%v), want ours %d", r.Addr(), pid, err, r.cmd.Process.Pid)
+	}
+
+	otherPG := PG(t)
+	p, err := StartPostgres(ctx, PostgresOptions{takenPorts: []int{otherPG.Port(), otherPG.Port()}})
+	if err != nil {
+		t.Fatalf("postgres: %v", err)
+	}
+	defer p.Stop()
+	if p.Port() == otherPG.Port() {
+		t.Fatalf("postgres started on the taken port %d", p.Port())
+	}
+	conn, err := pgx.Connect(ctx, p.AdminURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var dataDir string
+	if err := conn.QueryRow(ctx, "SHOW data_directory").Scan(&dataDir); err != nil {
+		t.Fatal(err)
+	}
+	if dataDir != p.dataDir() {
+		t.Fatalf("postgres on %d is %s, want ours %s", p.Port(), dataDir, p.dataDir())
+	}
+}

@@ -27,6 +27,8 @@ type PostgresOptions struct {
 	ExtraSettings map[string]string
 	// Log receives postgres' stderr; nil writes it to a file in the data dir.
 	LogFile string
+	// takenPorts are tried before free ones (the port-clash test).
+	takenPorts []int
 }
 
 // Postgres is a PostgreSQL cluster: either one this process started in a temp
@@ -130,11 +132,36 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error)
 	if p.cred != nil {
 		_ = os.Chown(filepath.Join(p.dataDir(), "pg_hba.conf"), int(p.cred.Uid), int(p.cred.Gid))
 	}
-	if err := p.start(ctx); err != nil {
+	if err := p.startOnFreePort(ctx); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	return p, nil
+}
+
+// errPortTaken: the server could not have the port it was given, because
+// another process (a parallel test's server, say) bound it between FreePort
+// and the server's own bind.
+var errPortTaken = errors.New("testenv: port taken before the server bound it")
+
+// portAttempts bounds how often a fresh server tries a new port.
+const portAttempts = 8
+
+// startOnFreePort starts the server on a free port, and on another when the
+// port was taken in the meantime (FreePort's answer is only a hint on a
+// machine where other test processes pick ports too).
+func (p *Postgres) startOnFreePort(ctx context.Context) error {
+	var err error
+	for i := 0; i < portAttempts; i++ {
+		p.port = 0
+		if i < len(p.opts.takenPorts) {
+			p.port = p.opts.takenPorts[i]
+		}
+		if err = p.start(ctx); !errors.Is(err, errPortTaken) {
+			return err
+		}
+	}
+	return err
 }
 
 // ExternalPostgres wraps a server we do not own (CUESCHED_TEST_PG_URL). The URL
@@ -223,14 +250,30 @@ func (p *Postgres) start(ctx context.Context) error {
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		conn, err := pgx.Connect(cctx, p.adminURL)
-		cancel()
 		if err == nil {
+			// The server that answers must be ours: another one may hold the
+			// port while ours is still failing to bind it.
+			var dataDir string
+			err = conn.QueryRow(cctx, "SHOW data_directory").Scan(&dataDir)
 			conn.Close(ctx)
-			return nil
+			cancel()
+			if err == nil && filepath.Clean(dataDir) != filepath.Clean(p.dataDir()) {
+				_ = cmd.Process.Kill()
+				<-exited
+				return fmt.Errorf("%w: %d answers for %s", errPortTaken, p.port, dataDir)
+			}
+			if err == nil {
+				return nil
+			}
+		} else {
+			cancel()
 		}
 		select {
 		case <-exited:
 			log, _ := os.ReadFile(logPath)
+			if strings.Contains(string(log), "Address already in use") {
+				return fmt.Errorf("%w: %d", errPortTaken, p.port)
+			}
 			return fmt.Errorf("testenv: postgres exited during start-up: %s", tail(string(log), 2000))
 		default:
 		}
@@ -406,7 +449,7 @@ func (p *Postgres) StartStandby(ctx context.Context) (*Postgres, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("testenv: pg_basebackup failed: %w\n%s", err, out)
 	}
-	if err := s.start(ctx); err != nil {
+	if err := s.startOnFreePort(ctx); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}

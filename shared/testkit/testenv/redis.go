@@ -1,14 +1,17 @@
 package testenv
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -24,6 +27,8 @@ type RedisOptions struct {
 	// ReplicaOf ("host:port") starts the server as a replica of that
 	// primary (Sentinel tests).
 	ReplicaOf string
+	// takenPorts are tried before free ones (the port-clash test).
+	takenPorts []int
 }
 
 // Redis is a redis-server this process started (or an external one).
@@ -68,7 +73,16 @@ func StartRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 		return nil, err
 	}
 	r := &Redis{dir: dir, opts: opts, dbs: opts.Databases}
-	if err := r.start(ctx, bin); err != nil {
+	for i := 0; i < portAttempts; i++ {
+		r.port = 0
+		if i < len(opts.takenPorts) {
+			r.port = opts.takenPorts[i]
+		}
+		if err = r.start(ctx, bin); !errors.Is(err, errPortTaken) {
+			break
+		}
+	}
+	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
@@ -129,12 +143,22 @@ func (r *Redis) start(ctx context.Context, bin string) error {
 
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if err := pingRedis(r.addr); err == nil {
+		if pid, err := redisPID(r.addr); err == nil {
+			// The server that answers must be ours: another one may hold
+			// the port while ours is still failing to bind it.
+			if pid != cmd.Process.Pid {
+				_ = cmd.Process.Kill()
+				<-exited
+				return fmt.Errorf("%w: %d answers for pid %d", errPortTaken, r.port, pid)
+			}
 			return nil
 		}
 		select {
 		case <-exited:
 			log, _ := os.ReadFile(filepath.Join(r.dir, "redis.log"))
+			if strings.Contains(string(log), "Address already in use") {
+				return fmt.Errorf("%w: %d", errPortTaken, r.port)
+			}
 			return fmt.Errorf("testenv: redis-server exited during start-up: %s", tail(string(log), 2000))
 		default:
 		}
@@ -146,27 +170,42 @@ func (r *Redis) start(ctx context.Context, bin string) error {
 	}
 }
 
-// pingRedis speaks just enough RESP to check the server answers.
-func pingRedis(addr string) error {
+// redisPID asks the server on addr for its process id (INFO server).
+func redisPID(addr string) (int, error) {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
+	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
+		return 0, err
 	}
-	buf := make([]byte, 16)
-	n, err := c.Read(buf)
+	// A bulk string: $<len>\r\n<body>\r\n. The body is a few KB at most.
+	rd := bufio.NewReader(c)
+	head, err := rd.ReadString('\n')
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if string(buf[:n]) != "+PONG\r\n" {
-		return fmt.Errorf("unexpected PING reply %q", buf[:n])
+	if !strings.HasPrefix(head, "$") {
+		return 0, fmt.Errorf("unexpected INFO reply %q", head)
 	}
-	return nil
+	n, err := strconv.Atoi(strings.TrimSpace(head[1:]))
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("unexpected INFO reply %q", head)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(rd, body); err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\r\n") {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("INFO server has no process_id")
 }
+
 
 // Addr is host:port.
 func (r *Redis) Addr() string { return r.addr }
