@@ -28,7 +28,26 @@ type fixture struct {
 func newFixture(t *testing.T, opts publisher.Options) *fixture {
 	t.Helper()
 	t.Parallel()
-	rdb, err := publisher.NewClient(publisher.ClientConfig{URL: testenv.NewRedisDB(t)})
+	return newFixtureAt(t, testenv.NewRedisDB(t), opts)
+}
+
+// newPrivateFixture is newFixture on a Redis server of its own, for tests
+// that count what server-wide commands (SCRIPT FLUSH) cause: on the shared
+// server a parallel test reloads the scripts at any moment.
+func newPrivateFixture(t *testing.T, opts publisher.Options) *fixture {
+	t.Helper()
+	t.Parallel()
+	rd, err := testenv.StartRedis(context.Background(), testenv.RedisOptions{Databases: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rd.Stop)
+	return newFixtureAt(t, rd.URL(0), opts)
+}
+
+func newFixtureAt(t *testing.T, url string, opts publisher.Options) *fixture {
+	t.Helper()
+	rdb, err := publisher.NewClient(publisher.ClientConfig{URL: url})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,11 +41,15 @@
 //     retried until processed, as RQD resends a FrameCompleteReport Cuebot
 //     could not take (Postgres restarting or cut);
 //   - Cuebot's orphaned-proc check (reaper): a proc whose frame its host does
-//     not run, seen so in two passes and older than 3 s, is cleared as Cuebot
-//     clears it (FRAME_CLEARED). A scheduler killed between its COMMIT and
-//     LaunchFrame leaves exactly that; without the check the frame would stay
-//     RUNNING forever, in production as here. The check pauses while a
-//     scheduler is frozen (it may still launch what it committed);
+//     not run, seen so in two passes, is cleared as Cuebot clears it
+//     (FRAME_CLEARED; the proc judged, never its frame's next one). A
+//     scheduler killed between its COMMIT and LaunchFrame leaves exactly
+//     that; without the check the frame would stay RUNNING forever, in
+//     production as here. Cuebot waits 300 s, longer than a scheduler may
+//     take to launch what it booked (the launch deadline is anchored at the
+//     booking: about a minute with these settings); the reaper waits 3 s,
+//     and pauses while a scheduler is frozen and until that scheduler's
+//     launch deadline has passed;
 //   - for every process, a TCP proxy in front of Postgres and one in front
 //     of Redis (testenv.StartProxy), so one process can be partitioned alone,
 //     and a per-process config file (short loop intervals: recompute 2 s,

@@ -427,7 +427,7 @@ scheduler:
 rqd:
   address_override: %q
   connect_timeout: 2s
-  request_timeout: 5s
+  request_timeout: %s
 sidecar:
   slot_name: %s
   standby_retry: 200ms
@@ -435,13 +435,16 @@ logging:
   level: %s
 metrics:
   listen: %q
-%s`, role, name, dbURL, redisURL, sentinel, e.queueYAML(), name, e.fake.Addr(), e.slot, logLevel(), d.metricsAddr, extraYAML)
+%s`, role, name, dbURL, redisURL, sentinel, e.queueYAML(), name, e.fake.Addr(), rqdRequestTimeout, e.slot, logLevel(), d.metricsAddr, extraYAML)
 	d.config = filepath.Join(e.dir, name+".yaml")
 	if err := os.WriteFile(d.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return d
 }
+
+// rqdRequestTimeout is every scheduler's rqd.request_timeout (launchBound).
+const rqdRequestTimeout = 5 * time.Second
 
 // queueYAML is the processes' queue section: the harness's fast pacing
 // with envOpts.Queue on top.

@@ -293,7 +293,7 @@ func TestFaultFreeze(t *testing.T) {
 		}
 		lead := e.daemonNamed(leadName)
 		freeze := pick(5*time.Second, jitter(2*time.Second, 12*time.Second))
-		e.reaper.pause(freeze + e.o.OrphanAfter + 2*time.Second)
+		e.reaper.pause(freeze + launchBound())
 		done0, _, _ := e.progress()
 		lead.freeze()
 		e.note("SIGSTOP %s (accounting leader) for %s", lead.name, freeze)
@@ -365,7 +365,7 @@ func TestFaultFrozenLeaderRedisRestart(t *testing.T) {
 	// also stays frozen at least 25 s, well past the takeover.
 	minFreeze := pick(time.Duration(0), 25*time.Second)
 	maxFreeze := testenv.Patience(10 * time.Second)
-	e.reaper.pause(maxFreeze + minFreeze + e.o.OrphanAfter + 2*time.Second)
+	e.reaper.pause(maxFreeze + minFreeze + launchBound())
 	lead.freeze()
 	e.note("SIGSTOP %s (accounting leader)", lead.name)
 	if err := e.rd.Restart(e.ctx); err != nil {
@@ -441,7 +441,7 @@ func TestFaultChaos(t *testing.T) {
 			func() {
 				d := e.schedulers[rand.IntN(2)]
 				dur := jitter(time.Second, 8*time.Second)
-				e.reaper.pause(dur + e.o.OrphanAfter + 2*time.Second)
+				e.reaper.pause(dur + launchBound())
 				d.freeze()
 				time.Sleep(dur)
 				d.thaw()

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/shared/config"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotemu"
 	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
 
@@ -108,6 +109,14 @@ func (c *completer) inFlight() map[string]bool {
 // the frame goes back to WAITING (FRAME_CLEARED). A scheduler killed
 // between its commit and LaunchFrame leaves exactly such a proc; without
 // this the frame would stay RUNNING forever, in production as here.
+//
+// Cuebot waits 300 s, longer than a scheduler may take from the start of a
+// booking to its LaunchFrame (launchBound: the dispatcher anchors its
+// launch deadline there, config.DispatchBudget), so it never clears a proc
+// whose launch can still come. The reaper waits only a few seconds; it is
+// paused while a scheduler is frozen and until that scheduler's launch
+// deadline has passed (a thawed scheduler may still launch what it
+// committed before the freeze).
 type reaper struct {
 	e     *env
 	after time.Duration
@@ -117,6 +126,18 @@ type reaper struct {
 	cleared     []string // frame ids
 	stopc       chan struct{}
 	done        chan struct{}
+}
+
+// launchBound is the longest a scheduler of these tests may take from the
+// start of a booking to its LaunchFrame: the booking budget
+// (accounting.in_flight_grace / 2, the default), the commit resolution
+// and the launch budget (2 x rqd.request_timeout). Past it the dispatcher
+// sends no launch.
+func launchBound() time.Duration {
+	c := config.Default()
+	c.RQD.RequestTimeout = config.Duration(rqdRequestTimeout)
+	b := c.DispatchBudget()
+	return b.Book + config.CommitResolveBudget + b.Launch
 }
 
 func newReaper(e *env, after time.Duration) *reaper {
@@ -190,7 +211,10 @@ func (r *reaper) pass(prev map[string]bool) map[string]bool {
 		if !prev[p.proc] {
 			continue
 		}
-		err := e.emu.KillFrame(ctx, p.frame)
+		// The proc judged, never whatever proc its frame has by now: a
+		// proc that completed meanwhile is gone (ErrNotFound) and its
+		// frame's next run is left alone.
+		err := e.emu.ClearProc(ctx, p.proc)
 		switch {
 		case err == nil:
 			r.mu.Lock()

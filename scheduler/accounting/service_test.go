@@ -126,6 +126,13 @@ func TestManagedFlipMidLoad(t *testing.T) {
 // TestFlushAllMidLoad: Redis loses everything under load. Booking pauses
 // (the gate closes, the scripts answer "not seeded"), the leader
 // re-bootstraps, booking resumes, and the counters end up exact.
+//
+// Every phase waits for its event, not for a stretch of wall time: the
+// load runs until the test has seen a booking that started after the gate
+// reopened on the new epoch (a fixed lifetime for the workers once made
+// the verdict depend on how fast the machine re-bootstrapped: under load
+// the workers were gone before booking resumed, and the wait for a
+// booking after the flush timed out with acct:epoch still missing).
 func TestFlushAllMidLoad(t *testing.T) {
 	t.Parallel()
 	rd, err := testenv.StartRedis(context.Background(), testenv.RedisOptions{Databases: 2})
@@ -142,12 +149,21 @@ func TestFlushAllMidLoad(t *testing.T) {
 		LeaderPollInterval: 100 * time.Millisecond, FlipSettle: 200 * time.Millisecond, InFlightGrace: 500 * time.Millisecond,
 		RecomputeInterval: 300 * time.Millisecond})
 	runService(t, s)
-	ctx, cancel := context.WithTimeout(f.ctx, 3*time.Second)
-	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
+	wctx, wcancel := context.WithTimeout(f.ctx, testenv.Patience(10*time.Second))
+	defer wcancel()
+	if err := s.WaitReady(wctx); err != nil {
 		t.Fatal(err)
 	}
-	var flushedAt atomic.Int64
+	stop := make(chan struct{})
+	stopped := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return false
+		}
+	}
+	var flushed, reopened atomic.Bool
 	var paused, bookedAfter, booked atomic.Int64
 	var sawClosedGate atomic.Bool
 	var wg sync.WaitGroup
@@ -156,10 +172,10 @@ func TestFlushAllMidLoad(t *testing.T) {
 		go func(w int) {
 			defer wg.Done()
 			var mine []string
-			for n := 0; ctx.Err() == nil; n++ {
+			for n := 0; !stopped(); n++ {
 				if !s.Ready() { // the dispatcher's gate
 					paused.Add(1)
-					if flushedAt.Load() != 0 {
+					if flushed.Load() {
 						sawClosedGate.Store(true)
 					}
 					time.Sleep(10 * time.Millisecond)
@@ -179,6 +195,7 @@ func TestFlushAllMidLoad(t *testing.T) {
 					continue
 				}
 				id := fmt.Sprintf("w%d-%d", w, n)
+				after := reopened.Load() // read before the booking starts
 				_, err := f.pub.Book(context.Background(), sh.booking(id, n%4, 150))
 				switch {
 				case errors.Is(err, publisher.ErrShowNotSeeded):
@@ -190,7 +207,7 @@ func TestFlushAllMidLoad(t *testing.T) {
 					return
 				}
 				booked.Add(1)
-				if at := flushedAt.Load(); at != 0 && time.Now().UnixNano() > at {
+				if after {
 					bookedAfter.Add(1)
 				}
 				if err := sh.insertProc(context.Background(), id, n%4, 150, 0); err != nil {
@@ -202,13 +219,27 @@ func TestFlushAllMidLoad(t *testing.T) {
 			}
 		}(w)
 	}
-	time.Sleep(800 * time.Millisecond)
-	flushedAt.Store(time.Now().UnixNano())
+	// Until the workers are stopped a failure must still stop them.
+	var once sync.Once
+	halt := func() { once.Do(func() { close(stop); wg.Wait() }) }
+	defer halt()
+
+	// Load first: the flush lands among bookings, releases and inserts.
+	eventually(t, 5*time.Second, "bookings under load before the flush", func() bool { return booked.Load() >= 100 })
+	before := metric(t, reg, "scheduler_accounting_bootstraps_total")
+	flushed.Store(true)
+	flushAt := time.Now()
 	if err := f.rdb.FlushAll(f.ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	resumed := eventually(t, 5*time.Second, "booking resumes after FLUSHALL", func() bool { return bookedAfter.Load() > 0 })
-	wg.Wait()
+	// The re-bootstrap: a second bootstrap done, and the gate open again.
+	eventually(t, 5*time.Second, "the re-bootstrap after FLUSHALL", func() bool {
+		return metric(t, reg, "scheduler_accounting_bootstraps_total") > before && s.Ready()
+	})
+	reopened.Store(true)
+	eventually(t, 5*time.Second, "booking resumes after FLUSHALL", func() bool { return bookedAfter.Load() > 0 })
+	resumed := time.Since(flushAt)
+	halt()
 
 	if !sawClosedGate.Load() && paused.Load() == 0 {
 		t.Error("booking never paused after FLUSHALL")
@@ -222,7 +253,7 @@ func TestFlushAllMidLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.requireNoDrift()
-	t.Logf("booked %d procs (%d after the flush), %d paused attempts; booking resumed %v after FLUSHALL",
+	t.Logf("booked %d procs (%d after the gate reopened), %d paused attempts; booking resumed %v after FLUSHALL",
 		booked.Load(), bookedAfter.Load(), paused.Load(), resumed.Round(time.Millisecond))
 }
 

@@ -187,6 +187,10 @@ type Dispatcher struct {
 	// (pidUnknown until the first connection is checked; pidPooler behind
 	// a pooler such as PgBouncer, where it is not).
 	pids atomic.Int32
+	// afterCommit, if set (tests only), runs between the commit and the
+	// launches, given the anchored launch deadline: a scheduler stalled
+	// there (SIGSTOP, a paused VM).
+	afterCommit func(launchBy time.Time)
 }
 
 const (
@@ -351,6 +355,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 	// proc never committed at once, not after the in-flight grace.
 	bctx, cancelBook := context.WithTimeout(ctx, d.cfg.BookTimeout)
 	defer cancelBook()
+	bookDeadline, _ := bctx.Deadline()
 	conn, err := d.pool.Acquire(bctx)
 	if err != nil {
 		out.Stop, out.Err = Failed, fmt.Errorf("dispatch: acquire connection: %w", err)
@@ -436,7 +441,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 
 	// 3. The Postgres transaction.
 	txStart := time.Now()
-	won, room, hostAfter, stale, jobStopped, err := d.commit(bctx, conn, l, h, booked)
+	won, room, hostAfter, stale, jobStopped, resolvedBy, err := d.commit(bctx, conn, l, h, booked)
 	release()
 	d.m.txDuration.Observe(time.Since(txStart).Seconds())
 
@@ -488,7 +493,28 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 	// its whole budget must not leave its compensation an expired context
 	// (the frame would stay RUNNING with a proc and booked cores, never
 	// started).
-	lctx, cancelLaunch := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.LaunchTimeout)
+	//
+	// The launch deadline is anchored before the commit: the end of the
+	// booking budget (or of the resolution of an unknown outcome) plus
+	// LaunchTimeout. A scheduler stalled after its commit (SIGSTOP, a
+	// paused VM, a long GC) would otherwise start a fresh launch budget
+	// when it resumes and could start a frame whose proc Cuebot's
+	// orphaned-proc check had cleared and whose frame already runs again
+	// elsewhere: the frame would run twice at once. With the anchor no
+	// launch leaves later than Book + commit resolution + Launch after the
+	// booking began (config.DispatchBudget, below Cuebot's interval); past
+	// it the launch is not sent and the booking is compensated.
+	if resolvedBy.Before(bookDeadline) {
+		resolvedBy = bookDeadline
+	}
+	launchBy := resolvedBy.Add(d.cfg.LaunchTimeout)
+	if d.afterCommit != nil {
+		d.afterCommit(launchBy)
+	}
+	if now := time.Now().Add(d.cfg.LaunchTimeout); now.Before(launchBy) {
+		launchBy = now
+	}
+	lctx, cancelLaunch := context.WithDeadline(context.WithoutCancel(ctx), launchBy)
 	failed := d.launch(lctx, l, h, launched)
 	cancelLaunch()
 	nfailed := 0
@@ -611,10 +637,23 @@ func (d *Dispatcher) launch(ctx context.Context, l *jobs.Layer, h sizing.Host, p
 			defer wg.Done()
 			defer d.m.launchQueue.Dec()
 			start := time.Now()
+			if late(ctx) {
+				// Read from the clock, not ctx.Err(): right after a stall
+				// the deadline's timer may not have fired yet.
+				failed[i] = fmt.Errorf("launch of %s on %s not sent: %w (the scheduler stalled after the commit)",
+					rf.GetFrameName(), h.Name, context.DeadlineExceeded)
+				return
+			}
 			failed[i] = d.rqd.LaunchFrame(ctx, h.Name, rf)
 			d.m.launchDuration.Observe(time.Since(start).Seconds())
 		}()
 	}
 	wg.Wait()
 	return failed
+}
+
+// late reports whether ctx's deadline has passed by the clock.
+func late(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }

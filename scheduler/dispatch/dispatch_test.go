@@ -736,6 +736,62 @@ func TestLaunchUsingItsWholeBudgetIsCompensated(t *testing.T) {
 	}
 }
 
+// TestStallAfterCommitLaunchesNothingLate: a scheduler stalled between its
+// commit and its launches (SIGSTOP, a paused VM) past the launch deadline,
+// which is anchored before the commit, sends no LaunchFrame when it
+// resumes: Cuebot's orphaned-proc check may have cleared the proc and the
+// frame may already run again elsewhere. The booking is compensated. (The
+// launch budget used to start after the commit returned, so a stalled
+// process got a fresh one on waking: lab/faults TestFaultFreeze saw a
+// frame started while its first run was still live.)
+func TestStallAfterCommitLaunchesNothingLate(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	bl := &blockingLauncher{}
+	// A booking budget the commit meets even on a loaded machine (it takes
+	// milliseconds); the stall below is measured from the anchored
+	// deadline, not guessed, and the test lasts about this long.
+	book, launch := 5*time.Second, 200*time.Millisecond
+	d := dispatch.New(h.pool, h.pub, bl, dispatch.Config{Policy: sizing.Policy{CoreUnit: 100, MinMemKB: 262144,
+		StrandedMemKB: 2 * farmseed.GB}, SoftLimit: 1.6, HardLimit: 2,
+		BookTimeout: book, LaunchTimeout: launch, CompensateTimeout: testenv.Patience(20 * time.Second)},
+		dispatch.Options{Registerer: prometheus.NewRegistry()})
+	var anchored time.Time
+	dispatch.SetAfterCommit(d, func(launchBy time.Time) {
+		anchored = launchBy
+		time.Sleep(time.Until(launchBy) + 50*time.Millisecond) // resume past it
+	})
+	host := h.host(farmseed.HostSpec{Cores: 8, MemKB: 32 * farmseed.GB})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 2, NotThreadable: true, MemKB: 2 * farmseed.GB}}})
+	l := h.layers(j)[0]
+
+	start := time.Now()
+	res := d.Dispatch(context.Background(), l, l.Frames, host)
+	returned := time.Now()
+	if len(res.Dispatched) != 0 || len(res.LaunchFailed) != 2 {
+		t.Fatalf("dispatched=%d launchFailed=%d, want 0 and 2 (%+v)", len(res.Dispatched), len(res.LaunchFailed), res)
+	}
+	bl.mu.Lock()
+	launches := bl.launches
+	bl.mu.Unlock()
+	if launches != 0 {
+		t.Errorf("%d LaunchFrame calls after the stall, want none", launches)
+	}
+	// The deadline is the booking's own (set after start, before the
+	// commit) plus the launch timeout, not a fresh budget from the resume.
+	if base := anchored.Add(-book - launch); base.Before(start) || base.After(returned) {
+		t.Errorf("launch deadline %s after the dispatch began, want BookTimeout + LaunchTimeout (%s) from a moment within the dispatch (%s)",
+			anchored.Sub(start), book+launch, returned.Sub(start))
+	}
+	if n := h.count(`SELECT count(*) FROM frame WHERE pk_layer = $1 AND str_state = 'WAITING'`, l.ID); n != 2 {
+		t.Errorf("%d frames WAITING after the compensation, want 2", n)
+	}
+	if n := h.count(`SELECT count(*) FROM proc WHERE pk_layer = $1`, l.ID); n != 0 {
+		t.Errorf("%d procs left, want 0", n)
+	}
+	h.checkBooked(0)
+}
+
 // TestFailedKillAfterUncertainLaunchIsCounted: a launch whose outcome is
 // unknown (its deadline passed) is compensated with a best-effort kill;
 // when that kill fails too, the frame may run untracked on its host, so it

@@ -175,7 +175,10 @@ func staleHost(err error) bool {
 //
 // conn is the connection the bookings named (Booking.BackendPID); the
 // caller releases it.
-func (d *Dispatcher) commit(ctx context.Context, conn *pgxpool.Conn, l *jobs.Layer, h sizing.Host, booked []planned) (won wonFrames, room int, after sizing.Host, stale, jobStopped bool, err error) {
+// resolvedBy is the deadline of the resolution of an unknown outcome when
+// one ran (zero otherwise): procs it found may be launched until it plus
+// the launch timeout.
+func (d *Dispatcher) commit(ctx context.Context, conn *pgxpool.Conn, l *jobs.Layer, h sizing.Host, booked []planned) (won wonFrames, room int, after sizing.Host, stale, jobStopped bool, resolvedBy time.Time, err error) {
 	n := len(booked)
 	frameIDs, procs := make([]string, n), make([]string, n)
 	versions := make([]int32, n)
@@ -255,17 +258,18 @@ func (d *Dispatcher) commit(ctx context.Context, conn *pgxpool.Conn, l *jobs.Lay
 	switch {
 	case err != nil && staleHost(err):
 		d.log.Debug("host has less idle than the cache said; batch rolled back", "host", h.Name, "layer", l.Name, "error", err)
-		return wonFrames{}, room, h, true, false, nil
+		return wonFrames{}, room, h, true, false, time.Time{}, nil
 	case err != nil:
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) {
 			// The server reported it: the transaction rolled back.
-			return wonFrames{}, room, h, false, false, fmt.Errorf("dispatch layer %s on %s: %w", l.Name, h.Name, err)
+			return wonFrames{}, room, h, false, false, time.Time{}, fmt.Errorf("dispatch layer %s on %s: %w", l.Name, h.Name, err)
 		}
 		// Unknown outcome: did the batch's procs commit?
-		found, rerr := d.procsFound(ctx, booked)
+		resolvedBy = time.Now().Add(resolveTimeout)
+		found, rerr := d.procsFound(ctx, booked, resolvedBy)
 		if rerr != nil || len(found) == 0 {
-			return wonFrames{}, room, h, false, false, fmt.Errorf("dispatch layer %s on %s: %w", l.Name, h.Name, err)
+			return wonFrames{}, room, h, false, false, time.Time{}, fmt.Errorf("dispatch layer %s on %s: %w", l.Name, h.Name, err)
 		}
 		d.log.Warn("the booking transaction reported an error but its procs exist; continuing", "host", h.Name, "error", err)
 		won = wonFrames{}
@@ -283,16 +287,20 @@ func (d *Dispatcher) commit(ctx context.Context, conn *pgxpool.Conn, l *jobs.Lay
 		after = h
 		after.IdleCores, after.IdleMemKB = h.IdleCores-sum.Cores, h.IdleMemKB-sum.MemKB
 		after.IdleGPUs, after.IdleGPUMemKB = h.IdleGPUs-sum.GPUs, h.IdleGPUMemKB-sum.GPUMemKB
-		return won, room, after, false, false, nil
+		return won, room, after, false, false, resolvedBy, nil
 	}
 	if len(won.frames) == 0 || took == 0 || hostRow[0] == nil {
-		return wonFrames{}, room, h, false, !jobOK, nil
+		return wonFrames{}, room, h, false, !jobOK, time.Time{}, nil
 	}
 	after = h
 	after.IdleCores, after.IdleGPUs, after.IdleGPUMemKB = *hostRow[0], *hostRow[2], *hostRow[3]
 	after.IdleMemKB = min(*hostRow[1], h.IdleMemKB-took4.MemKB)
-	return won, room, after, false, false, nil
+	return won, room, after, false, false, time.Time{}, nil
 }
+
+// resolveTimeout bounds the resolution of a booking transaction whose
+// outcome is unknown (procsFound; config.CommitResolveBudget covers it).
+const resolveTimeout = 10 * time.Second
 
 // procsFound resolves a booking transaction whose outcome is unknown: which
 // of the batch's procs exist (the transaction is all or nothing, so either
@@ -301,12 +309,12 @@ func (d *Dispatcher) commit(ctx context.Context, conn *pgxpool.Conn, l *jobs.Lay
 // the batch's frames first waits for whatever transaction holds them (the
 // claim locks them until it commits or rolls back), then a fresh snapshot
 // reads the procs.
-func (d *Dispatcher) procsFound(ctx context.Context, booked []planned) (map[string]bool, error) {
+func (d *Dispatcher) procsFound(ctx context.Context, booked []planned, by time.Time) (map[string]bool, error) {
 	procs, frames := make([]string, len(booked)), make([]string, len(booked))
 	for i, p := range booked {
 		procs[i], frames[i] = p.proc, p.frame.ID
 	}
-	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	qctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), by)
 	defer cancel()
 	out := make(map[string]bool, len(booked))
 	err := pgx.BeginFunc(qctx, d.pool, func(tx pgx.Tx) error {

@@ -173,7 +173,7 @@ func (p *Pool) LaunchFrame(ctx context.Context, host string, rf *rqdpb.RunFrame)
 		if err == nil {
 			return nil
 		}
-		if attempt == 0 && status.Code(err) == codes.Unavailable && ctx.Err() == nil {
+		if attempt == 0 && status.Code(err) == codes.Unavailable && ctx.Err() == nil && !pastDeadline(ctx) {
 			p.log.Debug("launch unavailable, retrying once", "host", host, "frame", rf.GetFrameName(), "error", err)
 			continue
 		}
@@ -215,4 +215,12 @@ func (p *Pool) Close() error {
 		delete(p.conns, a)
 	}
 	return errors.Join(errs...)
+}
+
+// pastDeadline reads ctx's deadline from the clock: right after the process
+// resumes from a stall the deadline's timer may not have fired yet, and a
+// retried launch must not leave after the deadline the dispatcher set.
+func pastDeadline(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
