@@ -180,7 +180,8 @@ func (t *Tool) Preflight(ctx context.Context, show Show, on bool) (*Preflight, e
 	} else {
 		add(Check{Name: CheckSharedLimit, Detail: "limit(s) " + strings.Join(shared, ", ") + " also cap pending jobs of shows Cuebot still dispatches: " +
 			"the scheduler books under a lock on the limit, but Cuebot's dispatcher checks the running count without it, so the two " +
-			"together can start more frames than the limit allows for as long as the shows share it (flip those shows too, or give them their own limit)"})
+			"together can start more frames than the limit allows for as long as the shows share it: at worst the limit plus the frames Cuebot books from one stale read " +
+			"(up to one host's worth of the limited frames per Cuebot booking thread, as LIMIT_MIXED measures); flip those shows too, or give them their own limit"})
 	}
 	return p, nil
 }

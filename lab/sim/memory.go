@@ -5,6 +5,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cuesched/cuesched/proto/rqdpb"
 	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
@@ -33,6 +34,7 @@ type memWorld struct {
 	on       bool
 	peakAt   float64
 	profiles sync.Map // layer id -> MemProfile
+	requests sync.Map // layer id -> memory asked at its first launch (KB)
 	kills    atomic.Int64
 	killedMu sync.Mutex
 	killed   map[string]int // frame id -> memory kills
@@ -41,7 +43,7 @@ type memWorld struct {
 
 // MemoryWorld makes host memory real for the scenario: every frame uses
 // its max RSS from peakAt of its run time on (its layer's MemProfile, or
-// what it booked), and a host whose frames' RSS exceeds its physical
+// its layer's request), and a host whose frames' RSS exceeds its physical
 // memory (host.int_mem) kills the frame furthest over its booking, which
 // Cuebot's completion path then retries as a memory failure (exit status
 // 33 marked before the kill, the layer's memory raised by Cuebot's rule).
@@ -90,14 +92,38 @@ func (w *World) recordKill(fc fakerqd.FrameCompletion) {
 }
 
 // rssOf is the peak RSS of a launched frame (KB): its layer's profile
-// drawn for this frame, or what it booked (the fake's default: half the
-// hard limit, which the dispatcher sets at twice the booking).
+// drawn for this frame, or its layer's request (requestedRSS).
 func (w *World) rssOf(rf *rqdpb.RunFrame) int64 {
 	v, ok := w.mem.profiles.Load(rf.GetLayerId())
 	if !ok {
-		return rf.GetHardMemoryLimit() / 2
+		return w.requestedRSS(rf)
 	}
 	return drawRSS(v.(MemProfile), w.Opts.Seed, rf.GetJobName(), rf.GetFrameName())
+}
+
+// requestedRSS is the peak of a frame whose layer has no MemProfile: the
+// memory the layer asked for when its first frame launched
+// (layer.int_mem_min then; Cuebot's raise after a memory failure does not
+// move it). Never what the frame booked: with memory sizing on, a booking
+// follows the layer's past peaks plus headroom, so a peak that followed the
+// booking grew by the headroom (1.1x) with every window of samples until
+// one frame filled a host's memory and the farm ran a frame or two per
+// host (POISON's healthy jobs fell to half their rate over a minute). On
+// an unreadable layer it falls back to the fake RQD's default, half the
+// hard limit (the booking), without remembering it.
+func (w *World) requestedRSS(rf *rqdpb.RunFrame) int64 {
+	id := rf.GetLayerId()
+	if v, ok := w.mem.requests.Load(id); ok {
+		return v.(int64)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var kb int64
+	if err := w.Pool.QueryRow(ctx, `SELECT int_mem_min FROM layer WHERE pk_layer = $1`, id).Scan(&kb); err != nil || kb <= 0 {
+		return rf.GetHardMemoryLimit() / 2
+	}
+	v, _ := w.mem.requests.LoadOrStore(id, kb)
+	return v.(int64)
 }
 
 // drawRSS draws a frame's peak from p: attempt numbers below zero keep the

@@ -433,6 +433,24 @@ func (s *scaleSamples) take(ctx context.Context, w *World) {
 		return
 	}
 	rss := selfRSS()
+	worst := w.cacheStaleness()
+	lag := -1.0
+	if err := w.Pool.QueryRow(ctx, `SELECT COALESCE(max(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)), 0)::float8
+		FROM pg_replication_slots WHERE database = current_database()`).Scan(&lag); err != nil {
+		lag = -1
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rss = append(s.rss, rss)
+	s.staleness = append(s.staleness, worst)
+	if lag >= 0 {
+		s.slotLag = append(s.slotLag, lag)
+	}
+}
+
+// cacheStaleness is the largest host-cache staleness (WAL lag, seconds) of
+// the live schedulers (scheduler_host_cache_staleness_seconds).
+func (w *World) cacheStaleness() float64 {
 	var worst float64
 	for _, in := range w.scheds {
 		if in.dead {
@@ -450,18 +468,39 @@ func (s *scaleSamples) take(ctx context.Context, w *World) {
 			}
 		}
 	}
-	lag := -1.0
-	if err := w.Pool.QueryRow(ctx, `SELECT COALESCE(max(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)), 0)::float8
-		FROM pg_replication_slots WHERE database = current_database()`).Scan(&lag); err != nil {
-		lag = -1
+	return worst
+}
+
+// counterSum sums a counter of the live schedulers over the series whose
+// label has the value (every series when label is "").
+func (w *World) counterSum(name, label, value string) float64 {
+	var sum float64
+	for _, in := range w.scheds {
+		if in.dead {
+			continue
+		}
+		fams, err := in.reg.Gather()
+		if err != nil {
+			continue
+		}
+		for _, f := range fams {
+			if f.GetName() != name {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				ok := label == ""
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == label && lp.GetValue() == value {
+						ok = true
+					}
+				}
+				if ok {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.rss = append(s.rss, rss)
-	s.staleness = append(s.staleness, worst)
-	if lag >= 0 {
-		s.slotLag = append(s.slotLag, lag)
-	}
+	return sum
 }
 
 func (s *scaleSamples) maxRSS() int64 {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -101,6 +102,17 @@ func runPoison(ctx context.Context, w *World) error {
 	if err := w.settle(ctx, 0.9); err != nil {
 		return err
 	}
+	// What the scheduler saw while it booked: its host cache's staleness
+	// (WAL lag), before the poison and with it.
+	var mu sync.Mutex
+	var stale [2]float64
+	phase := 0
+	w.Sample(func(ctx context.Context, _ float64) {
+		v := w.cacheStaleness()
+		mu.Lock()
+		stale[phase] = max(stale[phase], v)
+		mu.Unlock()
+	})
 	// Before: the healthy jobs' completion rate on the full farm.
 	const before, after = 15 * time.Second, 60 * time.Second
 	d0, t0 := done(), time.Now()
@@ -111,6 +123,9 @@ func runPoison(ctx context.Context, w *World) error {
 	rate0 := float64(d1-d0) / t1.Sub(t0).Seconds()
 	// The poison: 5,000 frames that exit 1 after a second, at the healthy
 	// jobs' priority.
+	mu.Lock()
+	phase = 1
+	mu.Unlock()
 	p, err := w.job(ctx, f.show, "poison", 50, oneCore("poison", w.Opts.scale(5000)))
 	if err != nil {
 		return err
@@ -138,6 +153,13 @@ func runPoison(ctx context.Context, w *World) error {
 	w.Metric("poison frame starts (launches; it keeps being tried)", float64(starts), AtLeast, 200, "")
 	w.Metric("healthy completions/s before the poison", rate0, AtLeast, 0, "/s")
 	w.Metric("healthy completions/s with the poison", rate1, AtLeast, 0, "/s")
+	mu.Lock()
+	w.Metric("host-cache staleness max before the poison (WAL lag)", stale[0], Info, 0, "s")
+	w.Metric("host-cache staleness max with the poison (WAL lag)", stale[1], Info, 0, "s")
+	mu.Unlock()
+	for _, o := range []string{"assumed", "confirmed", "superseded", "expired"} {
+		w.Metric("host-cache check-ins "+o, w.counterSum("scheduler_host_cache_assumptions_total", "outcome", o), Info, 0, "")
+	}
 	w.Note("distinct poison frames started %d (a failed frame is retried first, until DEAD); its backoff level at the end %d", frames, holds)
 	return nil
 }
