@@ -484,13 +484,16 @@ func runStrandGrow(ctx context.Context, w *World) error {
 	cfg := w.config()
 	w.Metric("frames succeeded", float64(states["SUCCEEDED"]), Equal, float64(len(ly.Frames)), "")
 	if cfg.Sizing.Threadable == config.SizingHistory {
-		// At most probe_frames probes run at once until the layer has the
-		// samples it needs (min_samples, at least probe_frames): those
-		// samples, the probes in flight, and the probes that ended while
-		// the layer's history read was being reused (history_ttl) may
-		// start at the request; unbounded probing starts every frame.
+		// A probe starts only while fewer than need (min_samples, at
+		// least probe_frames) of the layer's frames have succeeded in the
+		// history read that sizes it, and fewer than probe_frames run: so
+		// when one starts, at most need-1 have succeeded and at most
+		// probe_frames (itself included) run, whatever the speed of the
+		// passes, the completions or the history cache. Probes cannot be
+		// memory-killed here (probe_frames of them fit one host's memory),
+		// so no retry frees a slot either. Bound: need + probe_frames - 1.
 		need := max(cfg.Sizing.ProbeFrames, cfg.Sizing.MinSamples, 1)
-		w.Metric("first runs at the request before cores are derived (probes)", float64(probes), AtMost, float64(need+2*cfg.Sizing.ProbeFrames), "")
+		w.Metric("first runs at the request before cores are derived (probes)", float64(probes), AtMost, float64(need+cfg.Sizing.ProbeFrames-1), "")
 		w.Metric("first runs at the derived size", float64(derived), AtLeast, float64(len(ly.Frames)/2), "")
 		w.Metric("derived first runs within ±1 core of round(rss / memory per core)", ratio(int64(within), int64(max(derived, 1))), AtLeast, 1, "")
 	} else {
