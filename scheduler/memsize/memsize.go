@@ -531,6 +531,14 @@ func (s *Sizer) Record(ctx context.Context, kills []Kill) (map[string]int64, err
 	s.mu.Lock()
 	for _, k := range fresh {
 		s.recorded[killKey{k.FrameID, k.Stopped.UnixMicro()}] = now
+		// The cached read counts the kill too: once the killed frame
+		// runs again (its retry), it is no longer a WAITING frame the
+		// pass sees, and a read cached from before the kill would lift
+		// the killed-layer hold until the TTL ends.
+		if e, ok := s.cache[k.LayerID]; ok {
+			e.hist.Kills++
+			s.cache[k.LayerID] = e
+		}
 	}
 	if len(s.recorded) > 65536 {
 		for k, t := range s.recorded {

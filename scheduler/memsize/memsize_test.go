@@ -545,3 +545,31 @@ func TestUnreadHistoryStartsNoWave(t *testing.T) {
 		t.Fatalf("want only the plain layer's 4 frames, got %+v", ls)
 	}
 }
+
+// The killed-layer hold does not lapse when the killed frame's retry
+// starts: the kill recorded this pass counts in the cached read too (#22:
+// with the read cached from before the kill, the pass after the retry
+// started saw no kill and offered the whole layer at its request).
+func TestKilledLayerHoldSurvivesTheCache(t *testing.T) {
+	t.Parallel()
+	f := setup(t, farmseed.LayerSpec{Name: "under", Frames: 10, MemKB: 4 * gb, NotThreadable: true})
+	now := time.Now()
+	s := New(f.pool, policy(), Options{TTL: time.Hour, Now: func() time.Time { return now }})
+	if ls := f.size(t, s); len(ls) != 1 || len(ls[0].Frames) != 10 {
+		t.Fatalf("no kill: the whole layer is offered, got %+v", ls)
+	}
+	f.kill(t, 0, 33, 9*gb, 4*gb, time.Minute)
+	if ls := f.size(t, s); len(retries(ls)) != 1 {
+		t.Fatalf("one kill: want its retry, got %+v", ls)
+	}
+	// The retry runs: no killed frame is WAITING any more.
+	f.exec(t, `UPDATE frame SET str_state = 'RUNNING' WHERE pk_frame = $1`, f.job.Layers[0].Frames[0])
+	ls := f.size(t, s)
+	n := 0
+	for _, l := range ls {
+		n += len(l.Frames)
+	}
+	if len(retries(ls)) != 0 || n == 0 || n > 3 { // at most probe_frames, less what runs
+		t.Fatalf("retry running: want the layer held to probe_frames, got %d frames, retries %v", n, retries(ls))
+	}
+}
