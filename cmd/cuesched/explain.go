@@ -97,6 +97,14 @@ func runExplain(ctx context.Context, c *cli.Env, args []string) int {
 		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
 		return 1
 	}
+	// With memory sizing on, a layer is judged by the size it books (its
+	// fit, no fit and room now), not by its request.
+	if booked := sizedMemory(v.Sizing, reps, sizes); len(booked) > 0 {
+		if reps, err = explain.SizedLayers(ctx, pool, job, layer, *gpuProtection, booked); err != nil {
+			fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
+			return 1
+		}
+	}
 	if *asJSON {
 		type row struct {
 			Show    string               `json:"show"`
@@ -173,6 +181,21 @@ func explainSizing(ctx context.Context, pool *pgxpool.Pool, c config.Sizing, rep
 		out[id] = memsize.Explain(p, h)
 	}
 	return out, nil
+}
+
+// sizedMemory is the memory a frame of each layer books where memory
+// sizing makes it differ from layer.int_mem_min (none with sizing off).
+func sizedMemory(c config.Sizing, reps []explain.LayerReport, sizes map[string]memsize.Explanation) map[string]int64 {
+	if !memsize.FromConfig(c).MemoryOn() {
+		return nil
+	}
+	out := map[string]int64{}
+	for _, r := range reps {
+		if e, ok := sizes[r.LayerID]; ok && e.BookedKB > 0 && e.BookedKB != r.MemMinKB {
+			out[r.LayerID] = e.BookedKB
+		}
+	}
+	return out
 }
 
 // bestHost is the host the layer would book now, else the one it fits when

@@ -69,6 +69,10 @@ func TestExplainCLI(t *testing.T) {
 		{Name: "render", Tags: []string{"general"}, Frames: 3, Cores: 2, MemKB: 4 * farmseed.GB},
 		{Name: "huge", Tags: []string{"general"}, Frames: 1, Cores: 64, MemKB: 4 * farmseed.GB},
 		{Name: "sim", Tags: []string{"simulation"}, Frames: 2},
+		// Asks twice node1's memory, its frames peak at 8 GB.
+		{Name: "fat", Tags: []string{"general"}, Frames: 6, Cores: 2, MemKB: 128 * farmseed.GB},
+		// Asks 4 GB, raised past node1's memory by repeated kills.
+		{Name: "grown", Tags: []string{"general"}, Frames: 1, Cores: 2, MemKB: 4 * farmseed.GB},
 	}}); err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +90,15 @@ func TestExplainCLI(t *testing.T) {
 	if _, err := pool.Exec(ctx, `INSERT INTO cuesched_layer_oom (pk_layer, int_bump_kb) SELECT pk_layer, 3145728 FROM layer WHERE str_name = 'huge'`); err != nil {
 		t.Fatal(err)
 	}
+	// fat has 4 samples (sized to 8 GB + headroom, which node1 holds);
+	// grown is bumped to 96 GB (which it does not).
+	if _, err := pool.Exec(ctx, `UPDATE frame SET str_state = 'SUCCEEDED', int_exit_status = 0, ts_stopped = now(),
+		int_mem_max_used = 8388608 WHERE pk_layer = (SELECT pk_layer FROM layer WHERE str_name = 'fat') AND int_number <= 4`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO cuesched_layer_oom (pk_layer, int_bump_kb) SELECT pk_layer, 100663296 FROM layer WHERE str_name = 'grown'`); err != nil {
+		t.Fatal(err)
+	}
 
 	code, out, errOut := runExplainT(env, "shot010")
 	if code != 0 {
@@ -98,6 +111,10 @@ func TestExplainCLI(t *testing.T) {
 		// One sample of 4 needed: the request.
 		"shot010/render: memory: books 4.0GiB: its request (1 of 4 samples needed); request 4.0GiB; 0 memory kill(s) recorded",
 		"shot010/huge: memory: books 4.0GiB: its request (0 of 4 samples needed); request 4.0GiB; bump 3.0GiB (1)",
+		// Judged by the size they book, not by their requests.
+		"shot010/fat: flowing: 1 host with room now (best: node1)",
+		"shot010/fat: memory: books 8.8GiB: p95 of 4 RSS samples",
+		"shot010/grown: no fit: none of the 1 host serving the layer fits one frame (2 cores, 96",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

@@ -101,6 +101,13 @@ type concurrency struct {
 	from float64
 }
 
+// startAt moves the start of the sampling to from seconds after Start.
+func (c *concurrency) startAt(from float64) {
+	c.mu.Lock()
+	c.from = from
+	c.mu.Unlock()
+}
+
 func (c *concurrency) mean() float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -113,6 +120,9 @@ func (c *concurrency) mean() float64 {
 func (w *World) sampleConcurrency(layers map[string]bool, from float64) *concurrency {
 	c := &concurrency{from: from}
 	w.Sample(func(_ context.Context, t float64) {
+		c.mu.Lock()
+		from := c.from
+		c.mu.Unlock()
 		if t < from {
 			return
 		}
@@ -376,13 +386,21 @@ func ratio64(a, b float64) float64 {
 
 // runMemStrand: layers asking 3–5x the memory their frames use, on hosts
 // with 2 GB per core: booked by request, memory strands most cores.
+//
+// The verdict is how many frames the hosts' memory lets run at once, not
+// how fast the scheduler refills them: frames run 3–5 s (seeded), long
+// beside a pass even on a loaded machine (at 0.6–1.4 s, a loaded machine
+// halved the sized run's mean while sizing off, capped by memory, kept
+// its), and the sampling starts when every layer has min_samples
+// succeeded frames (sizing has its history; sizing off the same point),
+// not at a fixed second.
 func runMemStrand(ctx context.Context, w *World) error {
 	f, err := w.memFarm(ctx, w.Opts.scale(8), 16, 32*gb)
 	if err != nil {
 		return err
 	}
 	w.MemoryWorld(0.5)
-	w.RunTimes(600*time.Millisecond, 1400*time.Millisecond)
+	w.RunTimes(3*time.Second, 5*time.Second)
 	layers := map[string]bool{}
 	var ids []string
 	for i, c := range []struct{ ask, use int64 }{{12 * gb, 4 * gb}, {16 * gb, 4 * gb}, {15 * gb, 3 * gb}} {
@@ -398,15 +416,32 @@ func runMemStrand(ctx context.Context, w *World) error {
 	if err := w.Start(ctx, 0); err != nil {
 		return err
 	}
-	c := w.sampleConcurrency(layers, 8)
-	if err := Sleep(ctx, 30*time.Second); err != nil {
+	c := w.sampleConcurrency(layers, math.Inf(1))
+	need := int64(max(w.config().Sizing.MinSamples, 1))
+	learned := w.WaitFor(ctx, w.Patient(90*time.Second), func() bool {
+		n, _ := queryMap[int64](ctx, w, `SELECT pk_layer, count(*) FROM frame WHERE pk_layer = ANY($1) AND str_state = 'SUCCEEDED'
+			AND int_mem_max_used > 0 GROUP BY 1`, ids)
+		for _, id := range ids {
+			if n[id] < need {
+				return false
+			}
+		}
+		return true
+	})
+	if !learned {
+		return fmt.Errorf("the layers did not have %d succeeded frames each within %v", need, w.Patient(90*time.Second))
+	}
+	from := w.Elapsed()
+	c.startAt(from.Seconds())
+	if err := Sleep(ctx, 25*time.Second); err != nil {
 		return err
 	}
 	w.StopSampling()
 	states := w.frameStates(ctx, ids)
 	w.Metric(mConcurrent, math.Round(c.mean()*10)/10, Info, 0, "")
 	w.Metric("frames running at once (peak)", float64(c.peak), Info, 0, "")
-	w.Note("mean over seconds 8–30 of the load; %d frames succeeded, %d waiting", states["SUCCEEDED"], states["WAITING"])
+	w.Note("mean over the 25 s after every layer had %d succeeded frames (from %.1f s); %d frames succeeded, %d waiting",
+		need, from.Seconds(), states["SUCCEEDED"], states["WAITING"])
 	w.memoryReport(int(states["SUCCEEDED"]))
 	return nil
 }
@@ -484,13 +519,16 @@ func runStrandGrow(ctx context.Context, w *World) error {
 	cfg := w.config()
 	w.Metric("frames succeeded", float64(states["SUCCEEDED"]), Equal, float64(len(ly.Frames)), "")
 	if cfg.Sizing.Threadable == config.SizingHistory {
-		// At most probe_frames probes run at once until the layer has the
-		// samples it needs (min_samples, at least probe_frames): those
-		// samples, the probes in flight, and the probes that ended while
-		// the layer's history read was being reused (history_ttl) may
-		// start at the request; unbounded probing starts every frame.
+		// A probe starts only while fewer than need (min_samples, at
+		// least probe_frames) of the layer's frames have succeeded in the
+		// history read that sizes it, and fewer than probe_frames run: so
+		// when one starts, at most need-1 have succeeded and at most
+		// probe_frames (itself included) run, whatever the speed of the
+		// passes, the completions or the history cache. Probes cannot be
+		// memory-killed here (probe_frames of them fit one host's memory),
+		// so no retry frees a slot either. Bound: need + probe_frames - 1.
 		need := max(cfg.Sizing.ProbeFrames, cfg.Sizing.MinSamples, 1)
-		w.Metric("first runs at the request before cores are derived (probes)", float64(probes), AtMost, float64(need+2*cfg.Sizing.ProbeFrames), "")
+		w.Metric("first runs at the request before cores are derived (probes)", float64(probes), AtMost, float64(need+cfg.Sizing.ProbeFrames-1), "")
 		w.Metric("first runs at the derived size", float64(derived), AtLeast, float64(len(ly.Frames)/2), "")
 		w.Metric("derived first runs within ±1 core of round(rss / memory per core)", ratio(int64(within), int64(max(derived, 1))), AtLeast, 1, "")
 	} else {

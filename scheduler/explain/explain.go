@@ -171,7 +171,8 @@ type DB interface {
 
 // layerFactsSQL: one row per layer with waiting or depend frames of a
 // PENDING job of a scheduler-managed show ($1: a job name or id, or ” for
-// all; $2 a layer), with the same caps the pending-job query applies and,
+// all; $2 a layer; $4/$5 the memory a frame books by layer id, where
+// sizing sizes it: layer.int_mem_min otherwise), with the same caps the pending-job query applies and,
 // when $3 (GPU protection), the room a CPU frame must leave for idle GPUs
 // while GPU work waits (package gpuguard: per idle GPU, the smallest
 // per-GPU cores and memory of the waiting GPU layers with the host's tags).
@@ -190,7 +191,8 @@ WITH gpuwant AS (
 ), lay AS (
     SELECT l.pk_layer, l.str_name AS layer, j.pk_job, j.str_name AS job, j.pk_show, sh.str_name AS show,
            j.pk_facility, j.pk_folder, j.b_paused, COALESCE(j.str_os, '') AS os,
-           GREATEST(l.int_cores_min, 0) AS cores_min, l.int_mem_min AS mem_min,
+           GREATEST(l.int_cores_min, 0) AS cores_min,
+           COALESCE((SELECT m.kb FROM unnest($4::text[], $5::bigint[]) AS m(id, kb) WHERE m.id = l.pk_layer LIMIT 1), l.int_mem_min) AS mem_min,
            GREATEST(l.int_gpus_min, 0) AS gpus_min, GREATEST(l.int_gpu_mem_min, 0) AS gpu_mem_min,
            string_to_array(replace(l.str_tags::text, ' ', ''), '|') AS tags,
            ls.int_waiting_count AS waiting, ls.int_depend_count AS depend, ls.int_running_count AS running
@@ -306,6 +308,19 @@ type LayerReport struct {
 // gpuProtection says whether GPU protection (queue.gpu_protection) holds
 // idle GPUs' room from CPU work, as the scheduler does.
 func Layers(ctx context.Context, db DB, job, layer string, gpuProtection bool) ([]LayerReport, error) {
+	return SizedLayers(ctx, db, job, layer, gpuProtection, nil)
+}
+
+// SizedLayers is Layers with the memory a frame books by layer id, as
+// memory sizing sizes it (sizing.memory: history): a layer in memKB is
+// judged (fit, no fit, room now) by that size, not by layer.int_mem_min,
+// so a layer sized below its request is not reported as fitting no host,
+// nor one sized above it as fitting. MemMinKB reports the size used.
+func SizedLayers(ctx context.Context, db DB, job, layer string, gpuProtection bool, memKB map[string]int64) ([]LayerReport, error) {
+	ids, kbs := make([]string, 0, len(memKB)), make([]int64, 0, len(memKB))
+	for id, kb := range memKB {
+		ids, kbs = append(ids, id), append(kbs, kb)
+	}
 	q := layerFactsSQL
 	var hasHolds, hasPerHost bool
 	hr, err := db.Query(ctx, `SELECT to_regclass('cuesched_layer_backoff') IS NOT NULL,
@@ -326,7 +341,7 @@ func Layers(ctx context.Context, db DB, job, layer string, gpuProtection bool) (
 	if !hasPerHost {
 		q = strings.Replace(q, perHostExpr, noPerHostExpr, 1)
 	}
-	rows, err := db.Query(ctx, q, job, layer, gpuProtection)
+	rows, err := db.Query(ctx, q, job, layer, gpuProtection, ids, kbs)
 	if err != nil {
 		return nil, fmt.Errorf("explain: %w", err)
 	}

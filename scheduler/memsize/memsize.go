@@ -120,6 +120,13 @@ type History struct {
 	BumpKB int64
 	Bumps  int
 	Kills  int
+	// Succeeded is layer_stat.int_succeeded_count in the same snapshot as
+	// the samples: a threadable layer probes while it is below
+	// sizing.History.NeedSamples, so the probes end on the successes whose
+	// samples this read holds, never on a newer count than the samples
+	// (a cached read with fewer samples than needed and a newer count
+	// would start the whole layer at its request).
+	Succeeded int64
 }
 
 // RequestKB is what the layer books without history: its minimum, except
@@ -147,13 +154,14 @@ func New(db DB, h sizing.History, o Options) *Sizer {
 }
 
 // historySQL reads, for the layers $1, their minimum and submitted minimum,
-// bump, recorded kills and up to $3 RSS peaks of succeeded frames that
+// bump, recorded kills, succeeded count and up to $3 RSS peaks of succeeded frames that
 // stopped within $2 seconds, newest first. It only reads.
 const historySQL = `
 SELECT l.pk_layer, l.int_mem_min,
        COALESCE((SELECT lh.int_mem_min FROM layer_history lh WHERE lh.pk_layer = l.pk_layer LIMIT 1), l.int_mem_min),
        COALESCE(lo.int_bump_kb, 0), COALESCE(lo.int_bumps, 0),
        (SELECT count(*) FROM cuesched_frame_oom o WHERE o.pk_layer = l.pk_layer),
+       COALESCE((SELECT ls.int_succeeded_count FROM layer_stat ls WHERE ls.pk_layer = l.pk_layer), 0),
        COALESCE((SELECT array_agg(s.rss ORDER BY s.ts_stopped DESC)
                    FROM (SELECT f.int_mem_max_used AS rss, f.ts_stopped
                            FROM frame f
@@ -181,7 +189,7 @@ func (s *Sizer) Read(ctx context.Context, layerIDs []string) (map[string]History
 		var h History
 		var bumps int32
 		var kills int64
-		if err := rows.Scan(&h.LayerID, &h.MemMinKB, &h.SubmittedKB, &h.BumpKB, &bumps, &kills, &h.SamplesKB); err != nil {
+		if err := rows.Scan(&h.LayerID, &h.MemMinKB, &h.SubmittedKB, &h.BumpKB, &bumps, &kills, &h.Succeeded, &h.SamplesKB); err != nil {
 			return nil, fmt.Errorf("memory history: %w", err)
 		}
 		h.Bumps, h.Kills = int(bumps), int(kills)
@@ -200,14 +208,20 @@ func (s *Sizer) Decide(h History) sizing.Decision {
 }
 
 // histories returns the layers' histories, reading the ones not cached in
-// one query.
+// one query. A cached read made before the layer had NeedSamples
+// successes, with fewer samples than that, is read again as soon as the
+// layer's succeeded count (the pass's query) has grown past it: the
+// samples that end a layer's probes or its request are read when they
+// exist, not a TTL later (at most NeedSamples extra reads per layer).
 func (s *Sizer) histories(ctx context.Context, layers []*jobs.Layer) (map[string]History, error) {
 	now := s.now()
+	need := int64(s.h.NeedSamples())
 	out := make(map[string]History, len(layers))
 	var miss []string
 	s.mu.Lock()
 	for _, l := range layers {
-		if e, ok := s.cache[l.ID]; ok && s.ttl > 0 && now.Sub(e.read) < s.ttl {
+		if e, ok := s.cache[l.ID]; ok && s.ttl > 0 && now.Sub(e.read) < s.ttl &&
+			(int64(len(e.hist.SamplesKB)) >= need || e.hist.Succeeded >= need || l.Succeeded <= e.hist.Succeeded) {
 			out[l.ID] = e.hist
 			continue
 		}
@@ -265,15 +279,16 @@ type Kill struct {
 // into a one-frame copy of its layer carrying its own size (ahead of its
 // layer), and a threadable layer still probing keeps only the frames its
 // probes may still start. With sizing off it returns layers as they are.
-// An error reading the history leaves the layers at their requests (the
-// error is returned for logging; the returned layers are usable).
+// An error reading the history leaves the layers at their requests, less
+// what only the history makes safe to start (see unread; the error is
+// returned for logging, the returned layers are usable).
 func (s *Sizer) Size(ctx context.Context, layers []*jobs.Layer) ([]*jobs.Layer, error) {
 	if s == nil || !s.h.Enabled() || len(layers) == 0 {
 		return layers, nil
 	}
 	hist, err := s.histories(ctx, layers)
 	if err != nil {
-		return layers, err
+		return s.unread(layers), err
 	}
 	var kills []Kill
 	out := make([]*jobs.Layer, 0, len(layers))
@@ -299,10 +314,13 @@ func (s *Sizer) Size(ctx context.Context, layers []*jobs.Layer) ([]*jobs.Layer, 
 		if s.h.ThreadableOn() && l.Threadable && len(h.SamplesKB) >= s.h.NeedSamples() {
 			l.RSSKB = d.RSSKB
 		}
-		if s.h.ThreadableOn() && l.Threadable && l.RSSKB == 0 && s.h.ProbeFrames > 0 && l.Succeeded < int64(s.h.NeedSamples()) {
+		if s.h.ThreadableOn() && l.Threadable && l.RSSKB == 0 && s.h.ProbeFrames > 0 && h.Succeeded < int64(s.h.NeedSamples()) {
 			// Probing: at most probe_frames frames run at the request
 			// until enough have succeeded (whether or not they left RSS
 			// samples: a layer whose frames report none is not held).
+			// The succeeded count is the history read's own (h), never
+			// the pass's newer one: a success whose sample this read
+			// does not hold must not end the probes.
 			left := max(int64(s.h.ProbeFrames)-l.Running, 0)
 			if int64(len(l.Frames)) > left {
 				l.Frames = l.Frames[:left]
@@ -358,6 +376,36 @@ func (s *Sizer) Size(ctx context.Context, layers []*jobs.Layer) ([]*jobs.Layer, 
 		}
 	}
 	return out, nil
+}
+
+// unread is what a pass may book when the history could not be read: the
+// layers at their requests, except what the history alone makes safe to
+// start. A threadable layer (threadable sizing on) is left out, since
+// without its history it cannot tell its probes from its sized frames (at
+// its request every waiting frame would start, the wave the probes exist
+// to prevent), and so is a frame whose last run was a memory kill, which
+// would retry at the size that was killed. The next pass reads again.
+func (s *Sizer) unread(layers []*jobs.Layer) []*jobs.Layer {
+	out := make([]*jobs.Layer, 0, len(layers))
+	for _, l := range layers {
+		if s.h.ThreadableOn() && l.Threadable && s.h.ProbeFrames > 0 {
+			continue
+		}
+		if s.h.MemoryOn() {
+			keep := l.Frames[:0:0]
+			for _, f := range l.Frames {
+				if f.Stopped.IsZero() || !sizing.MemoryKill(f.ExitStatus, f.MaxRSSKB, f.ReservedKB) {
+					keep = append(keep, f)
+				}
+			}
+			if len(keep) == 0 {
+				continue
+			}
+			l.Frames = keep
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 // applyBumps raises the layers just bumped (this pass's copy and the
@@ -483,6 +531,14 @@ func (s *Sizer) Record(ctx context.Context, kills []Kill) (map[string]int64, err
 	s.mu.Lock()
 	for _, k := range fresh {
 		s.recorded[killKey{k.FrameID, k.Stopped.UnixMicro()}] = now
+		// The cached read counts the kill too: once the killed frame
+		// runs again (its retry), it is no longer a WAITING frame the
+		// pass sees, and a read cached from before the kill would lift
+		// the killed-layer hold until the TTL ends.
+		if e, ok := s.cache[k.LayerID]; ok {
+			e.hist.Kills++
+			s.cache[k.LayerID] = e
+		}
 	}
 	if len(s.recorded) > 65536 {
 		for k, t := range s.recorded {

@@ -2,11 +2,13 @@ package memsize
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -481,5 +483,93 @@ func TestKilledLayerHeldUntilBump(t *testing.T) {
 	ls = f.size(t, s)
 	if _, b, _ := f.ledger(t); b != 15*gb || frames(ls) != 8 || layerMem(t, ls) != 15*gb {
 		t.Fatalf("after the bump: bump %d KB, %d frames at %d KB", b, frames(ls), layerMem(t, ls))
+	}
+}
+
+// The probes end on the successes whose samples the history read holds,
+// never on the pass's newer succeeded count (#22: under load a cached read
+// with no samples beside a count of enough successes started every frame
+// of the layer at its request, one core each): a cached read taken before
+// the layer had enough successes is read again once more have succeeded.
+func TestProbesEndOnTheReadsOwnSuccesses(t *testing.T) {
+	t.Parallel()
+	f := setup(t, farmseed.LayerSpec{Name: "sim", Frames: 20, MemKB: 2 * gb})
+	now := time.Now()
+	s := New(f.pool, policy(), Options{TTL: time.Hour, Now: func() time.Time { return now }})
+	f.succeed(t, 18*gb, 17*gb, 18*gb) // 3 of the 4 samples needed
+	if ls := f.size(t, s); len(ls) != 1 || len(ls[0].Frames) != 3 || ls[0].RSSKB != 0 {
+		t.Fatalf("3 succeeded: probing, got %+v", ls)
+	}
+	// A pass whose query counts more successes than the (cached) read
+	// holds samples for: still probing, at most probe_frames at once.
+	ls := f.layers(t)
+	ls[0].Succeeded = 10
+	ls[0].Running = 1
+	out, err := s.Size(f.ctx, ls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 1 || out[0].RSSKB != 0 || len(out[0].Frames) != 2 {
+		t.Fatalf("count ahead of the samples: want the layer held to 2 more probes, got %+v", out)
+	}
+	// The fourth success: the cached read (3 successes) is read again at
+	// once, not an hour later, and the layer is sized.
+	f.exec(t, `UPDATE frame SET str_state = 'SUCCEEDED', int_exit_status = 0, int_mem_max_used = $2, ts_stopped = now()
+		WHERE pk_frame = $1`, f.job.Layers[0].Frames[0], 16*gb)
+	if ls := f.size(t, s); len(ls) != 1 || ls[0].RSSKB != 18*gb || len(ls[0].Frames) != 16 {
+		t.Fatalf("4 succeeded: want the layer sized from its samples, got %+v", ls)
+	}
+}
+
+// failingDB fails every history read.
+type failingDB struct{ DB }
+
+func (failingDB) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return nil, errors.New("read timed out")
+}
+
+// A history read that fails books no threadable layer (its probes cannot be
+// told from its sized frames) and no memory-killed frame (it would retry at
+// the size that was killed); other layers book their requests.
+func TestUnreadHistoryStartsNoWave(t *testing.T) {
+	t.Parallel()
+	f := setup(t, farmseed.LayerSpec{Name: "threaded", Frames: 10, MemKB: 2 * gb},
+		farmseed.LayerSpec{Name: "plain", Frames: 4, MemKB: 2 * gb, NotThreadable: true})
+	s := New(failingDB{f.pool}, policy(), Options{})
+	f.kill(t, 0, 33, 9*gb, 2*gb, time.Minute) // layer 0's frame 0
+	ls, err := s.Size(f.ctx, f.layers(t))
+	if err == nil {
+		t.Fatal("want the read error returned")
+	}
+	if len(ls) != 1 || ls[0].Name != "plain" || len(ls[0].Frames) != 4 {
+		t.Fatalf("want only the plain layer's 4 frames, got %+v", ls)
+	}
+}
+
+// The killed-layer hold does not lapse when the killed frame's retry
+// starts: the kill recorded this pass counts in the cached read too (#22:
+// with the read cached from before the kill, the pass after the retry
+// started saw no kill and offered the whole layer at its request).
+func TestKilledLayerHoldSurvivesTheCache(t *testing.T) {
+	t.Parallel()
+	f := setup(t, farmseed.LayerSpec{Name: "under", Frames: 10, MemKB: 4 * gb, NotThreadable: true})
+	now := time.Now()
+	s := New(f.pool, policy(), Options{TTL: time.Hour, Now: func() time.Time { return now }})
+	if ls := f.size(t, s); len(ls) != 1 || len(ls[0].Frames) != 10 {
+		t.Fatalf("no kill: the whole layer is offered, got %+v", ls)
+	}
+	f.kill(t, 0, 33, 9*gb, 4*gb, time.Minute)
+	if ls := f.size(t, s); len(retries(ls)) != 1 {
+		t.Fatalf("one kill: want its retry, got %+v", ls)
+	}
+	// The retry runs: no killed frame is WAITING any more.
+	f.exec(t, `UPDATE frame SET str_state = 'RUNNING' WHERE pk_frame = $1`, f.job.Layers[0].Frames[0])
+	ls := f.size(t, s)
+	n := 0
+	for _, l := range ls {
+		n += len(l.Frames)
+	}
+	if len(retries(ls)) != 0 || n == 0 || n > 3 { // at most probe_frames, less what runs
+		t.Fatalf("retry running: want the layer held to probe_frames, got %d frames, retries %v", n, retries(ls))
 	}
 }
