@@ -57,24 +57,29 @@ type PendingQuery struct {
 // the folder's, -1 unlimited) bind only layers that need GPUs, so a max of 0
 // stops GPU layers and leaves CPU layers alone.
 const pendingSQL = `
-WITH job_live AS MATERIALIZED (
-    -- The show's procs summed per job: one aggregate over the proc table
-    -- alone (i_proc_pkshow), no join per proc.
-    SELECT p.pk_job, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
-    FROM proc p WHERE p.pk_show = $1 GROUP BY p.pk_job
+WITH ph AS MATERIALIZED (
+    -- One scan of the show's procs (i_proc_pkshow), summed per job, host
+    -- and locality: no join per proc, hash aggregates whatever the
+    -- statistics say; the three headroom sums below read these groups.
+    SELECT p.pk_job, p.pk_host, p.b_local,
+           SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
+    FROM proc p WHERE p.pk_show = $1
+    GROUP BY p.pk_job, p.pk_host, p.b_local
+), job_live AS MATERIALIZED (
+    SELECT pk_job, SUM(cores) AS cores, SUM(gpus) AS gpus FROM ph GROUP BY pk_job
 ), folder_live AS MATERIALIZED (
-    -- Folder sums from the job sums (one row per job with procs), over the
-    -- folder's unfinished jobs.
+    -- Folder sums over the folder's unfinished jobs, from the job sums.
     SELECT j2.pk_folder, SUM(jl.cores) AS cores, SUM(jl.gpus) AS gpus
     FROM job_live jl JOIN job j2 ON j2.pk_job = jl.pk_job
     WHERE j2.str_state <> 'FINISHED' GROUP BY j2.pk_folder
 ), sub_live AS MATERIALIZED (
-    -- Subscription use: the show's non-local procs summed per host first,
-    -- so the allocation is looked up once per host, not once per proc.
-    SELECT h.pk_alloc, SUM(ph.cores) AS cores
-    FROM (SELECT p.pk_host, SUM(p.int_cores_reserved) AS cores FROM proc p
-          WHERE p.pk_show = $1 AND NOT p.b_local AND p.pk_job IS NOT NULL GROUP BY p.pk_host) ph
-    JOIN host h ON h.pk_host = ph.pk_host
+    -- Subscription use: non-local procs of an existing job, per host, so
+    -- the allocation is looked up once per host, not once per proc.
+    SELECT h.pk_alloc, SUM(hs.cores) AS cores
+    FROM (SELECT pk_host, SUM(cores) AS cores FROM ph
+          WHERE NOT b_local AND EXISTS (SELECT 1 FROM job j3 WHERE j3.pk_job = ph.pk_job)
+          GROUP BY pk_host) hs
+    JOIN host h ON h.pk_host = hs.pk_host
     GROUP BY h.pk_alloc
 )
 SELECT j.pk_job, j.str_name, sh.str_name, j.pk_facility, j.pk_folder, j.pk_dept,
