@@ -193,6 +193,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 			ManualChunkSize: q.ManualTagsChunkSize, HostnameChunkSize: q.HostnameTagsChunkSize},
 		ReloadInterval: q.ClusterReloadInterval.D(), ScanInterval: q.ActiveScanInterval.D(),
 		Logger: log, Registerer: d.Registerer,
+		PassesPerCluster: q.Stream.PassesPerCluster,
 		// A cap the WAL says changed is copied to Redis before the show's
 		// clusters are woken (s.Accounting is set below, before Run).
 		CapsChanged: func(ctx context.Context, shows []string) error {

@@ -48,6 +48,14 @@ type FeedOptions struct {
 	// shard). It is called under the feed's mutex and must be cheap and
 	// lock-free; call Poke when its answer changes.
 	Owns func(*Cluster) bool
+	// PassesPerCluster is how many passes of one cluster may be in flight
+	// at once (queue.stream.passes_per_cluster; 0 or 1: one). A second
+	// pass is handed out only while the cluster has more work than its
+	// passes in flight hold (More), only to a worker no other cluster
+	// needs, and, with OnePerAlloc, only while no other cluster of its
+	// allocation waits for its turn. Its passes work disjoint jobs
+	// (package loop).
+	PassesPerCluster int
 }
 
 // Feed hands clusters to pipeline workers round-robin; see the package doc.
@@ -64,9 +72,12 @@ type Feed struct {
 	lastScan map[activeKey]struct{} // nil: gate off or never scanned
 	next     int
 	sleeping map[string]nap
-	inflight map[string]struct{}
-	allocs   map[string]struct{} // allocations with a cluster in flight (OnePerAlloc)
-	changed  chan struct{}       // closed and replaced on every state change
+	inflight map[string]int // passes in flight per cluster
+	allocs   map[string]int // passes in flight per allocation (OnePerAlloc)
+	// more are in-flight clusters whose passes said there is work beyond
+	// theirs (More): candidates for another pass.
+	more    map[string]struct{}
+	changed chan struct{} // closed and replaced on every state change
 	// rewoken are clusters in flight when a WAL change woke their show:
 	// the sleep their pass ends with is dropped.
 	rewoken map[string]struct{}
@@ -150,6 +161,9 @@ type feedMetrics struct {
 	reloads  *prometheus.CounterVec
 	drift    *prometheus.CounterVec
 	walWoken prometheus.Counter
+	// extraPasses counts passes handed out while another pass of the
+	// same cluster was in flight (PassesPerCluster).
+	extraPasses prometheus.Counter
 }
 
 func newFeedMetrics(reg prometheus.Registerer) *feedMetrics {
@@ -191,6 +205,10 @@ func newFeedMetrics(reg prometheus.Registerer) *feedMetrics {
 			Name: "scheduler_clusters_wal_woken_total",
 			Help: "Sleeping clusters handed out before their sleep ended because the WAL changed their show (flags, subscriptions, caps).",
 		}),
+		extraPasses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scheduler_cluster_extra_passes_total",
+			Help: "Passes handed out while another pass of the same cluster was in flight (queue.stream.passes_per_cluster): a cluster with more work than one pass holds.",
+		}),
 	}
 	// Every labelled series exists from start-up at zero (issue #26).
 	for _, r := range []string{"ok", "error"} {
@@ -205,7 +223,7 @@ func newFeedMetrics(reg prometheus.Registerer) *feedMetrics {
 		m.drift.WithLabelValues(c)
 	}
 	if reg != nil {
-		reg.MustRegister(m.total, m.active, m.sleeping, m.woken, m.scans, m.scanDur, m.reloads, m.drift, m.walWoken)
+		reg.MustRegister(m.total, m.active, m.sleeping, m.woken, m.scans, m.scanDur, m.reloads, m.drift, m.walWoken, m.extraPasses)
 	}
 	return m
 }
@@ -257,8 +275,9 @@ func newFeed(db DB, o FeedOptions) *Feed {
 		log:      log.Named("clusters"),
 		m:        newFeedMetrics(o.Registerer),
 		sleeping: map[string]nap{},
-		inflight: map[string]struct{}{},
-		allocs:   map[string]struct{}{},
+		inflight: map[string]int{},
+		allocs:   map[string]int{},
+		more:     map[string]struct{}{},
 		changed:  make(chan struct{}),
 		rewoken:  map[string]struct{}{},
 		notify:   make(chan struct{}, 1),
@@ -289,11 +308,11 @@ func (f *Feed) ready(now time.Time) int {
 	defer f.mu.Unlock()
 	n := 0
 	for _, c := range f.active {
-		if _, busy := f.inflight[c.key]; busy {
+		if f.inflight[c.key] > 0 {
 			continue
 		}
 		if a := c.AllocID(); a != "" && f.opts.OnePerAlloc {
-			if _, busy := f.allocs[a]; busy {
+			if f.allocs[a] > 0 {
 				continue
 			}
 		}
@@ -370,19 +389,33 @@ func (f *Feed) pick(now time.Time) (*Cluster, time.Time) {
 		best     *Cluster
 		bestIdx  int
 		bestRank float64
+		extra    *Cluster // an in-flight cluster with more work (PassesPerCluster)
+		extraIdx int
+		blocked  map[string]bool // allocations another cluster waits for (OnePerAlloc)
 	)
 	n := len(f.active)
 	for i := 0; i < n; i++ {
 		idx := (f.next + i) % n
 		c := f.active[idx]
-		if _, busy := f.inflight[c.key]; busy {
-			continue
-		}
 		if f.opts.Owns != nil && !f.opts.Owns(c) {
 			continue
 		}
+		if k := f.inflight[c.key]; k > 0 {
+			if _, ok := f.more[c.key]; ok && extra == nil && k < f.opts.PassesPerCluster {
+				if z, ok := f.sleeping[c.key]; !ok || !now.Before(z.until) {
+					extra, extraIdx = c, idx
+				}
+			}
+			continue
+		}
 		if a := c.AllocID(); a != "" && f.opts.OnePerAlloc {
-			if _, busy := f.allocs[a]; busy {
+			if f.allocs[a] > 0 {
+				if z, ok := f.sleeping[c.key]; !ok || !now.Before(z.until) || (z.wake != nil && z.wake.Moved()) {
+					if blocked == nil {
+						blocked = map[string]bool{}
+					}
+					blocked[a] = true
+				}
 				continue
 			}
 		}
@@ -406,16 +439,45 @@ func (f *Feed) pick(now time.Time) (*Cluster, time.Time) {
 			best, bestIdx, bestRank = c, idx, r
 		}
 	}
-	if best == nil {
+	if best == nil && extra != nil && f.opts.OnePerAlloc && blocked[extra.AllocID()] {
+		// Another show's cluster waits for this allocation: let the
+		// passes in flight drain so it gets its turn.
+		extra = nil
+	}
+	if best == nil && extra == nil {
 		return nil, earliest
 	}
-	f.inflight[best.key] = struct{}{}
+	if best == nil {
+		best, bestIdx = extra, extraIdx
+		f.m.extraPasses.Inc()
+	}
+	f.inflight[best.key]++
 	if a := best.AllocID(); a != "" && f.opts.OnePerAlloc {
-		f.allocs[a] = struct{}{}
+		f.allocs[a]++
 	}
 	f.next = bestIdx + 1
 	f.m.sleeping.Set(float64(len(f.sleeping)))
 	return best, time.Time{}
+}
+
+// More says whether the passes of c in flight leave work for another pass
+// (a pass that found a full page of jobs says true; one that found fewer,
+// or none beyond the other passes' jobs, says false). Only a cluster in
+// flight keeps the mark; its last pass ending clears it.
+func (f *Feed) More(c *Cluster, more bool) {
+	if f.opts.PassesPerCluster < 2 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !more || f.inflight[c.key] == 0 {
+		delete(f.more, c.key)
+		return
+	}
+	if _, ok := f.more[c.key]; !ok {
+		f.more[c.key] = struct{}{}
+		f.broadcast()
+	}
 }
 
 // Done returns a cluster handed out by Next. A positive sleep keeps it from
@@ -426,11 +488,23 @@ func (f *Feed) Done(c *Cluster, sleep time.Duration) { f.DoneWatch(c, sleep, nil
 // moved, the cluster is handed out again at the next Next that looks at it
 // (Poke makes waiting Next calls look). wake nil is Done.
 func (f *Feed) DoneWatch(c *Cluster, sleep time.Duration, wake Watch) {
+	f.DonePass(c, sleep, wake, false)
+}
+
+// DonePass is DoneWatch for a pass that says whether it booked: a booking
+// pass (with no sleep) also ends a sleep another pass of the same cluster
+// ended with while it ran (PassesPerCluster).
+func (f *Feed) DonePass(c *Cluster, sleep time.Duration, wake Watch, booked bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.inflight, c.key)
-	if a := c.AllocID(); a != "" {
-		delete(f.allocs, a)
+	if f.inflight[c.key]--; f.inflight[c.key] <= 0 {
+		delete(f.inflight, c.key)
+		delete(f.more, c.key)
+	}
+	if a := c.AllocID(); a != "" && f.allocs[a] > 0 {
+		if f.allocs[a]--; f.allocs[a] == 0 {
+			delete(f.allocs, a)
+		}
 	}
 	if _, ok := f.rewoken[c.key]; ok {
 		// The WAL changed the show while this pass ran (possibly after
@@ -438,8 +512,14 @@ func (f *Feed) DoneWatch(c *Cluster, sleep time.Duration, wake Watch) {
 		delete(f.rewoken, c.key)
 		sleep = 0
 	}
-	if sleep > 0 {
+	switch {
+	case sleep > 0:
 		f.sleeping[c.key] = nap{until: time.Now().Add(sleep), wake: wake}
+		delete(f.more, c.key)
+	case booked:
+		// A pass that booked overrides a sleep another pass of the same
+		// cluster ended with meanwhile.
+		delete(f.sleeping, c.key)
 	}
 	f.m.sleeping.Set(float64(len(f.sleeping)))
 	f.broadcast()

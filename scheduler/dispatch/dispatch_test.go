@@ -886,3 +886,51 @@ func TestDispatchCutShortIsResolved(t *testing.T) {
 		t.Fatalf("%d procs left", n)
 	}
 }
+
+// TestDispatchCutShortBeforeItsLocksIsResolved: a batch cut short while it
+// still waits before its frame claim (here on its limit's lock, held by
+// someone else) holds no frame lock the resolution could wait on, so
+// reading its procs at once would find none while the transaction could
+// still commit once the lock is released, after its Redis bookings were
+// rolled back. Nothing commits, ever, and Postgres and Redis agree. (Here
+// pgx's cancel request also ends the statement; the backend is ended
+// anyway for the window where that request arrives before the batch
+// runs, which no test can force.)
+func TestDispatchCutShortBeforeItsLocksIsResolved(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *dispatch.Config) { c.BookTimeout = 300 * time.Millisecond })
+	host := h.host(farmseed.HostSpec{Cores: 8})
+	lim := h.must(h.seed.Limit(context.Background(), "licence", 10))
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 4, NotThreadable: true, Limits: []string{lim}}}})
+	l := h.layers(j)[0]
+	ctx := context.Background()
+	tx, err := h.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM limit_record WHERE pk_limit_record = $1 FOR UPDATE`, lim); err != nil {
+		t.Fatal(err)
+	}
+	res := h.d.Dispatch(ctx, l, l.Frames, host)
+	if res.Stop != dispatch.Failed || len(res.Dispatched) != 0 {
+		t.Fatalf("result = %+v, want failed with nothing started", res)
+	}
+	// The lock goes: a batch still waiting behind it would now commit.
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until no backend of this database runs a booking statement (a
+	// live batch commits or fails within its statement's run).
+	deadline := time.Now().Add(testenv.Patience(10 * time.Second))
+	for h.count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+		AND pid <> pg_backend_pid() AND state <> 'idle' AND query LIKE '%SKIP LOCKED%'`) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a booking statement still runs")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := h.count(`SELECT count(*) FROM proc`); n != 0 {
+		t.Fatalf("%d procs committed after the batch was resolved as failed and rolled back in Redis", n)
+	}
+	h.checkBooked(0)
+}

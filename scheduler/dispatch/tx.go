@@ -192,6 +192,13 @@ func (d *Dispatcher) commit(ctx context.Context, conn *pgxpool.Conn, l *jobs.Lay
 		limits = []string{}
 	}
 
+	// The backend running the batch, for resolving an unknown outcome
+	// (procsFound): it was alive before the batch went out.
+	var pid uint32
+	if d.pids.Load() == pidReal {
+		pid = conn.Conn().PgConn().PID()
+	}
+	sent := time.Now()
 	b := &pgx.Batch{}
 	if len(limits) > 0 {
 		b.Queue(lockLimitsSQL, limits)
@@ -267,7 +274,7 @@ func (d *Dispatcher) commit(ctx context.Context, conn *pgxpool.Conn, l *jobs.Lay
 		}
 		// Unknown outcome: did the batch's procs commit?
 		resolvedBy = time.Now().Add(resolveTimeout)
-		found, rerr := d.procsFound(ctx, booked, resolvedBy)
+		found, rerr := d.procsFound(ctx, booked, resolvedBy, pid, sent)
 		if rerr != nil || len(found) == 0 {
 			return wonFrames{}, room, h, false, false, time.Time{}, fmt.Errorf("dispatch layer %s on %s: %w", l.Name, h.Name, err)
 		}
@@ -309,13 +316,31 @@ const resolveTimeout = 10 * time.Second
 // the batch's frames first waits for whatever transaction holds them (the
 // claim locks them until it commits or rolls back), then a fresh snapshot
 // reads the procs.
-func (d *Dispatcher) procsFound(ctx context.Context, booked []planned, by time.Time) (map[string]bool, error) {
+//
+// The lock alone is not enough when the client gave up before the server
+// took the locks (the batch still in the backend's socket, or behind a
+// lock wait of its own): the read would find nothing, the bookings would
+// be rolled back in Redis, and the transaction could commit afterwards
+// (Redis then under-counts the procs until the recompute). So, knowing
+// the batch's backend (pid, not behind a pooler), it is ended first
+// (pg_terminate_backend, waiting up to 5 s for it to exit; the row of
+// pg_stat_activity must predate the batch, so a reused pid is never hit):
+// its transaction has then committed or rolled back for good.
+func (d *Dispatcher) procsFound(ctx context.Context, booked []planned, by time.Time, pid uint32, sent time.Time) (map[string]bool, error) {
 	procs, frames := make([]string, len(booked)), make([]string, len(booked))
 	for i, p := range booked {
 		procs[i], frames[i] = p.proc, p.frame.ID
 	}
 	qctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), by)
 	defer cancel()
+	if pid != 0 {
+		if _, err := d.pool.Exec(qctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
+WHERE pid = $1 AND backend_start < $2`, int32(pid), sent); err != nil {
+			// PostgreSQL < 14 (no timeout argument) or no right to end
+			// it: the frame lock below is all there is.
+			d.log.Debug("could not end the backend of a booking with an unknown outcome", "pid", pid, "error", err)
+		}
+	}
 	out := make(map[string]bool, len(booked))
 	err := pgx.BeginFunc(qctx, d.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(qctx, `SELECT 1 FROM frame WHERE pk_frame = ANY($1::text[]) ORDER BY pk_frame FOR SHARE`, frames); err != nil {

@@ -32,6 +32,9 @@ type PendingQuery struct {
 	// (the same Draw over the same jobs gives the same order).
 	Lottery bool
 	Draw    string
+	// Exclude lists jobs left out (the jobs another pass of the same
+	// cluster is working: passes in flight together work disjoint jobs).
+	Exclude []string
 	// Schema adapts the query to the database (nil: CurrentSchema).
 	Schema *Schema
 }
@@ -54,21 +57,30 @@ type PendingQuery struct {
 // the folder's, -1 unlimited) bind only layers that need GPUs, so a max of 0
 // stops GPU layers and leaves CPU layers alone.
 const pendingSQL = `
-WITH live AS (
-    -- One pass over the show's procs feeds the three headroom sums.
-    SELECT p.pk_job, j2.pk_folder, h.pk_alloc, j2.str_state <> 'FINISHED' AS active, NOT p.b_local AS nonlocal,
+WITH ph AS MATERIALIZED (
+    -- One scan of the show's procs (i_proc_pkshow), summed per job, host
+    -- and locality: no join per proc, hash aggregates whatever the
+    -- statistics say; the three headroom sums below read these groups.
+    SELECT p.pk_job, p.pk_host, p.b_local,
            SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
-    FROM proc p
-    JOIN job j2  ON j2.pk_job = p.pk_job
-    JOIN host h  ON h.pk_host = p.pk_host
-    WHERE p.pk_show = $1
-    GROUP BY 1, 2, 3, 4, 5
-), job_live AS (
-    SELECT pk_job, SUM(cores) AS cores, SUM(gpus) AS gpus FROM live GROUP BY pk_job
-), folder_live AS (
-    SELECT pk_folder, SUM(cores) AS cores, SUM(gpus) AS gpus FROM live WHERE active GROUP BY pk_folder
-), sub_live AS (
-    SELECT pk_alloc, SUM(cores) AS cores FROM live WHERE nonlocal GROUP BY pk_alloc
+    FROM proc p WHERE p.pk_show = $1
+    GROUP BY p.pk_job, p.pk_host, p.b_local
+), job_live AS MATERIALIZED (
+    SELECT pk_job, SUM(cores) AS cores, SUM(gpus) AS gpus FROM ph GROUP BY pk_job
+), folder_live AS MATERIALIZED (
+    -- Folder sums over the folder's unfinished jobs, from the job sums.
+    SELECT j2.pk_folder, SUM(jl.cores) AS cores, SUM(jl.gpus) AS gpus
+    FROM job_live jl JOIN job j2 ON j2.pk_job = jl.pk_job
+    WHERE j2.str_state <> 'FINISHED' GROUP BY j2.pk_folder
+), sub_live AS MATERIALIZED (
+    -- Subscription use: non-local procs of an existing job, per host, so
+    -- the allocation is looked up once per host, not once per proc.
+    SELECT h.pk_alloc, SUM(hs.cores) AS cores
+    FROM (SELECT pk_host, SUM(cores) AS cores FROM ph
+          WHERE NOT b_local AND EXISTS (SELECT 1 FROM job j3 WHERE j3.pk_job = ph.pk_job)
+          GROUP BY pk_host) hs
+    JOIN host h ON h.pk_host = hs.pk_host
+    GROUP BY h.pk_alloc
 )
 SELECT j.pk_job, j.str_name, sh.str_name, j.pk_facility, j.pk_folder, j.pk_dept,
        jr.int_priority, j.ts_started, e.effective, u.under_min
@@ -83,6 +95,7 @@ CROSS JOIN LATERAL (SELECT jr.int_min_cores > 0 AND COALESCE(jl.cores, 0) < jr.i
 LEFT JOIN folder_live fl ON fl.pk_folder = j.pk_folder
 WHERE j.pk_show = $1 AND j.pk_facility = $2
   AND j.str_state = 'PENDING' AND NOT j.b_paused
+  AND j.pk_job <> ALL($9::text[])
   AND sh.b_active AND sh.b_scheduler_managed
   AND EXISTS (
       SELECT 1 FROM subscription s LEFT JOIN sub_live sl ON sl.pk_alloc = s.pk_alloc
@@ -122,8 +135,12 @@ func Pending(ctx context.Context, db DB, q PendingQuery) ([]Job, error) {
 	if q.CoreUnit <= 0 {
 		q.CoreUnit = 100
 	}
+	exclude := q.Exclude
+	if exclude == nil {
+		exclude = []string{}
+	}
 	rows, err := db.Query(ctx, q.Schema.adapt(pendingSQL), q.ShowID, q.FacilityID, normTags(q.Tags), q.Limit, q.CoreUnit,
-		q.AgeRelief.Seconds(), q.Lottery, q.Draw)
+		q.AgeRelief.Seconds(), q.Lottery, q.Draw, exclude)
 	if err != nil {
 		return nil, fmt.Errorf("pending jobs of show %s: %w", q.ShowID, err)
 	}

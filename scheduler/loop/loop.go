@@ -143,8 +143,16 @@ type Loop struct {
 
 	drawMu sync.Mutex
 	draws  *rand.Rand
-	shares sync.Map // cluster key -> lottery frames per job (int)
-	fails  sync.Map // cluster key -> consecutive failed passes (int)
+	// workMu guards working: per cluster key, the jobs its passes in
+	// flight hold (job id -> passes); a pass's pending query leaves them
+	// out, so passes of one cluster in flight together work disjoint jobs.
+	// queryMu (cluster key -> *sync.Mutex) makes a cluster's pending
+	// query and the taking of its jobs one step.
+	workMu  sync.Mutex
+	working map[string]map[string]int
+	queryMu sync.Map
+	shares  sync.Map // cluster key -> lottery frames per job (int)
+	fails   sync.Map // cluster key -> consecutive failed passes (int)
 }
 
 // New returns a pipeline over feed and worker.
@@ -189,7 +197,7 @@ func New(db jobs.DB, feed *clusters.Feed, worker Worker, cfg Config, o Options) 
 		seed = time.Now().UnixNano()
 	}
 	return &Loop{db: db, feed: feed, worker: worker, cfg: cfg, gate: o.Gate, capacity: o.Capacity, booked: o.Booked, log: log.Named("pipeline"), m: newMetrics(o.Registerer),
-		draws: rand.New(rand.NewSource(seed))}
+		draws: rand.New(rand.NewSource(seed)), working: map[string]map[string]int{}}
 }
 
 // LotteryFramesPerJob is the average frame budget of a lottery pass's job
@@ -295,7 +303,7 @@ func (p *Loop) work(ctx context.Context) {
 		if r.Dispatched > 0 && p.booked != nil {
 			p.booked(ctx, c)
 		}
-		p.feed.DoneWatch(c, r.Sleep, r.Wake)
+		p.feed.DonePass(c, r.Sleep, r.Wake, r.Dispatched > 0)
 	}
 }
 
@@ -318,6 +326,10 @@ const (
 	// TimedOut: the pass reached queue.pass_timeout (a query or a lock
 	// wait that did not end); the cluster sleeps the saturated sleep.
 	TimedOut Reason = "timeout"
+	// Busy: another pass of the same cluster in flight holds every
+	// pending job (queue.stream.passes_per_cluster); the cluster does not
+	// sleep on it, the passes holding the jobs decide.
+	Busy Reason = "busy"
 )
 
 // PassResult reports one pass.
@@ -330,6 +342,56 @@ type PassResult struct {
 	// ends the sleep early: it was taken before the pass's first query, so
 	// no capacity gain after the pass's misses can go unnoticed.
 	Wake clusters.Watch
+}
+
+// takeJobs runs the cluster's pending query leaving out the jobs its other
+// passes in flight hold, and holds the jobs found for this pass (one step
+// per cluster, so two passes never take the same job).
+func (p *Loop) takeJobs(ctx context.Context, c *clusters.Cluster, pq *jobs.PendingQuery) ([]jobs.Job, error) {
+	key := c.Key()
+	v, _ := p.queryMu.LoadOrStore(key, &sync.Mutex{})
+	qm := v.(*sync.Mutex)
+	qm.Lock()
+	defer qm.Unlock()
+	p.workMu.Lock()
+	for id := range p.working[key] {
+		pq.Exclude = append(pq.Exclude, id)
+	}
+	p.workMu.Unlock()
+	js, err := jobs.Pending(ctx, p.db, *pq)
+	if err != nil || len(js) == 0 {
+		return nil, err
+	}
+	p.workMu.Lock()
+	defer p.workMu.Unlock()
+	held := p.working[key]
+	if held == nil {
+		held = map[string]int{}
+		p.working[key] = held
+	}
+	for _, j := range js {
+		held[j.ID]++
+	}
+	return js, nil
+}
+
+// releaseJobs gives back the jobs takeJobs held for a pass.
+func (p *Loop) releaseJobs(c *clusters.Cluster, js []jobs.Job) {
+	if len(js) == 0 {
+		return
+	}
+	key := c.Key()
+	p.workMu.Lock()
+	defer p.workMu.Unlock()
+	held := p.working[key]
+	for _, j := range js {
+		if held[j.ID]--; held[j.ID] <= 0 {
+			delete(held, j.ID)
+		}
+	}
+	if len(held) == 0 {
+		delete(p.working, key)
+	}
 }
 
 // Pass works one cluster once.
@@ -374,8 +436,14 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	if p.cfg.Lottery {
 		pq.Lottery, pq.Draw = true, p.draw()
 	}
-	js, err := jobs.Pending(ctx, p.db, pq)
+	js, err := p.takeJobs(ctx, c, &pq)
 	p.m.jobQuery.Observe(time.Since(start).Seconds())
+	defer p.releaseJobs(c, js)
+	if p.feed != nil {
+		// A full page of jobs may leave work for another pass of the
+		// cluster (queue.stream.passes_per_cluster).
+		p.feed.More(c, err == nil && len(js) >= p.cfg.MaxJobsPerPass)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return PassResult{Reason: Cancelled}
@@ -385,6 +453,11 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 		return PassResult{Reason: QueryError}
 	}
 	p.m.jobsQueried.Add(float64(len(js)))
+	if len(js) == 0 && len(pq.Exclude) > 0 {
+		// Every pending job is another pass's: those passes decide how
+		// the cluster sleeps.
+		return PassResult{Reason: Busy, Wake: wake}
+	}
 	if len(js) == 0 {
 		// Work held back only by a burst or a cap gets its headroom back
 		// as frames end, which wakes nothing: look again soon.

@@ -33,7 +33,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scheduler_passes_total",
-			Help: "Cluster passes by how they ended (booked, saturated, no_jobs, capped, query_error, failed, alloc_full, not_seeded, cancelled, timeout).",
+			Help: "Cluster passes by how they ended (booked, saturated, no_jobs, capped, query_error, failed, alloc_full, not_seeded, cancelled, timeout, busy: every pending job was being worked by another pass of the same cluster).",
 		}, []string{"reason"}),
 		perPass: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "scheduler_frames_dispatched_per_pass",
@@ -69,7 +69,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, s := range []string{"job_query", "booking"} {
 		m.errors.WithLabelValues(s)
 	}
-	for _, r := range []Reason{Booked, Saturated, NoJobs, Capped, QueryError, Failed, AllocFull, NotSeeded, Cancelled, TimedOut} {
+	for _, r := range []Reason{Booked, Saturated, NoJobs, Capped, QueryError, Failed, AllocFull, NotSeeded, Cancelled, TimedOut, Busy} {
 		m.passes.WithLabelValues(string(r))
 	}
 	if reg != nil {

@@ -136,6 +136,10 @@ type LayerSpread struct {
 type Stream struct {
 	ClusterBufferSize int `yaml:"cluster_buffer_size"`
 	JobBufferSize     int `yaml:"job_buffer_size"`
+	// PassesPerCluster: passes of one cluster in flight at once, on
+	// disjoint jobs, while it has more work than one pass holds (1: one
+	// pass per cluster, round 1).
+	PassesPerCluster int `yaml:"passes_per_cluster"`
 }
 
 // Job orders of a cluster pass (queue.job_order).
@@ -456,7 +460,7 @@ func Default() Config {
 			ClusterErrorBackoffMax:        Duration(time.Second),
 			ClusterReloadInterval:         Duration(120 * time.Second),
 			ActiveScanInterval:            Duration(2 * time.Second),
-			Stream:                        Stream{ClusterBufferSize: 3, JobBufferSize: 3},
+			Stream:                        Stream{ClusterBufferSize: 3, JobBufferSize: 3, PassesPerCluster: 3},
 			MaxJobsPerClusterPass:         20,
 			ManualTagsChunkSize:           50,
 			HostnameTagsChunkSize:         50,

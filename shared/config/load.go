@@ -293,6 +293,7 @@ func (c Config) Validate() error {
 		{"queue.core_multiplier", c.Queue.CoreMultiplier},
 		{"queue.stream.cluster_buffer_size", c.Queue.Stream.ClusterBufferSize},
 		{"queue.stream.job_buffer_size", c.Queue.Stream.JobBufferSize},
+		{"queue.stream.passes_per_cluster", c.Queue.Stream.PassesPerCluster},
 		{"queue.max_jobs_per_cluster_pass", c.Queue.MaxJobsPerClusterPass},
 		{"queue.manual_tags_chunk_size", c.Queue.ManualTagsChunkSize},
 		{"queue.hostname_tags_chunk_size", c.Queue.HostnameTagsChunkSize},
