@@ -132,6 +132,10 @@ func TestWorkSplitHandsOverWhenAnInstanceDies(t *testing.T) {
 	job("x", "general", 4)
 	job("y", "other", 4)
 	waitFor("8 frames running", func() bool { return len(fake.Launches()) == 8 })
+	// The fake RQD records a launch before the dispatcher counts it.
+	waitFor("8 frames counted", func() bool {
+		return counterSumOr0(t, a.reg, "scheduler_frames_dispatched_total")+counterSumOr0(t, b.reg, "scheduler_frames_dispatched_total") == 8
+	})
 	for _, in := range []*splitInstance{a, b} {
 		if got := counterSum(t, in.reg, "scheduler_frames_dispatched_total"); got != 4 {
 			t.Fatalf("an instance dispatched %v frames, want 4 (its allocation's)", got)
@@ -193,6 +197,22 @@ func TestWorkSplitHandsOverWhenAnInstanceDies(t *testing.T) {
 // counterSum sums every series of a counter.
 func counterSum(t *testing.T, g prometheus.Gatherer, name string) float64 {
 	t.Helper()
+	v, ok := counterTotal(t, g, name)
+	if !ok {
+		t.Fatalf("no %s", name)
+	}
+	return v
+}
+
+// counterSumOr0 is counterSum of a counter that may have no series yet.
+func counterSumOr0(t *testing.T, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	v, _ := counterTotal(t, g, name)
+	return v
+}
+
+func counterTotal(t *testing.T, g prometheus.Gatherer, name string) (float64, bool) {
+	t.Helper()
 	mfs, err := g.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -205,8 +225,7 @@ func counterSum(t *testing.T, g prometheus.Gatherer, name string) float64 {
 		for _, m := range mf.GetMetric() {
 			sum += m.GetCounter().GetValue()
 		}
-		return sum
+		return sum, true
 	}
-	t.Fatalf("no %s", name)
-	return 0
+	return 0, false
 }
