@@ -206,7 +206,6 @@ func redisPID(addr string) (int, error) {
 	return 0, errors.New("INFO server has no process_id")
 }
 
-
 // Addr is host:port.
 func (r *Redis) Addr() string { return r.addr }
 
