@@ -489,7 +489,7 @@ func Default() Config {
 			LayerBackoffMax:               Duration(30 * time.Second),
 			FailFastInterval:              Duration(2 * time.Second),
 			FailFastFailures:              5,
-			FailFastProbe:                 100,
+			FailFastProbe:                 20,
 			FailFastRunTime:               Duration(10 * time.Second),
 			FailFastBackoffMin:            Duration(30 * time.Second),
 			FailFastBackoffMax:            Duration(30 * time.Minute),
