@@ -396,7 +396,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		// Layers whose frames keep failing fast are held out of the
 		// lottery and the passes (package failfast); the leader judges.
 		ff := failfast.Loop{Pool: s.pool, Log: log.Named("failfast"), Config: failfast.Config{
-			Interval: q.FailFastInterval.D(), Failures: q.FailFastFailures, RunTime: q.FailFastRunTime.D(),
+			Interval: q.FailFastInterval.D(), Failures: q.FailFastFailures, Probe: q.FailFastProbe, RunTime: q.FailFastRunTime.D(),
 			BackoffMin: q.FailFastBackoffMin.D(), BackoffMax: q.FailFastBackoffMax.D(),
 		}}
 		if s.Accounting != nil {

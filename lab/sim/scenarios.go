@@ -46,7 +46,7 @@ func Scenarios() []Scenario {
 			Fast: true, Run: runLicenseNoHosts},
 		{Name: "LIMIT_MIXED", Description: "one limit of 8 shared by a managed show's layer and one Cuebot still dispatches (Cuebot's own limit check: an unlocked read): the managed side never runs past the limit; the combined peak stays within the limit plus Cuebot's largest batch from one stale read (the documented worst case; Cuebot's side cannot be locked without changing Cuebot).",
 			Fast: true, Run: runLimitMixed},
-		{Name: "POISON", Description: "one job of 5,000 frames that exit 1 within a second arrives beside healthy jobs on a saturated farm: the fail-fast backoff holds it back, so healthy completions stay >= 0.8x their rate before it came, and >= 200 of its frames still start (it keeps being tried); beside the same run without the backoff.",
+		{Name: "POISON", Description: "one job of 5,000 frames that exit 1 within a second arrives beside healthy jobs on a saturated farm: the fail-fast backoff holds it back, so healthy completions stay >= 0.8x their rate before it came, and >= 200 of its frames still start (it keeps being tried), judged over a window of events, not wall time: until the backoff has held it 11 times (its first hold and ten retry windows, each a probe of fail_fast_probe failed runs); beside the same run without the backoff (a minute).",
 			Variants: []Variant{noFailFast}, Run: runPoison},
 		{Name: "CAPDROP", Description: "a job cap and a subscription burst lowered below live use mid-run, then restored: no wedge, no negative counter, no drift.", Run: runCapDrop},
 		{Name: "DEPENDS", Description: "three jobs of three layers chained layer-on-layer: no frame starts before its dependency is satisfied; every gated frame runs once it is.", Fast: true, Run: runDepends},
@@ -79,15 +79,34 @@ func Scenarios() []Scenario {
 // noFailFast is POISON without the fail-fast backoff.
 var noFailFast = Variant{Name: "no fail-fast backoff", Config: func(c *config.Config) { c.Queue.FailFastBackoffMin = 0 }}
 
+// poisonHolds is how many times POISON's with-phase lets the backoff hold
+// the poison layer: its first hold (after fail_fast_failures failed runs)
+// and ten after retry windows, each a probe of at least fail_fast_probe
+// failed runs. The window is defined by those events, not by a wall time,
+// so the starts it sees do not scale with the loaded machine's speed: at
+// least fail_fast_failures + 10 × fail_fast_probe (5 + 10 × 20 = 205)
+// frames start in it. On the sim's time scale (holds of 1 s doubling to
+// 4 s) the holds span about 40 s; a slow machine stretches the probes, not
+// their size.
+const poisonHolds = 11
+
+// poisonWindowCap bounds POISON's with-phase when the holds never come
+// (the backoff is broken, or the machine cannot run the probes): the
+// verdict is then judged at the cap, and fails on its holds.
+const poisonWindowCap = 6 * time.Minute
+
 func runPoison(ctx context.Context, w *World) error {
 	f, err := w.basicFarm(ctx, w.Opts.scale(10), 8)
 	if err != nil {
 		return err
 	}
+	// Healthy frames run 1-2 s, a draw from the seed per frame and launch
+	// (runTimeOf); enough of them that the healthy jobs never run dry
+	// within the window's cap, on a fast machine too.
 	w.RunTimes(time.Second, 2*time.Second)
 	var healthy []string
 	for i := 0; i < 2; i++ {
-		j, err := w.job(ctx, f.show, fmt.Sprintf("healthy%d", i), 50, oneCore("render", w.Opts.scale(4000)))
+		j, err := w.job(ctx, f.show, fmt.Sprintf("healthy%d", i), 50, oneCore("render", w.Opts.scale(8000)))
 		if err != nil {
 			return err
 		}
@@ -114,7 +133,7 @@ func runPoison(ctx context.Context, w *World) error {
 		mu.Unlock()
 	})
 	// Before: the healthy jobs' completion rate on the full farm.
-	const before, after = 15 * time.Second, 60 * time.Second
+	const before = 15 * time.Second
 	d0, t0 := done(), time.Now()
 	if err := Sleep(ctx, before); err != nil {
 		return err
@@ -132,25 +151,50 @@ func runPoison(ctx context.Context, w *World) error {
 	}
 	w.LayerRunTime(p.Layers[0].ID, time.Second)
 	w.LayerOutcome(p.Layers[0].ID, func(int64) (int32, int64) { return 1, gb / 4 })
-	if err := Sleep(ctx, after); err != nil {
+	// The window with the poison: until the backoff has held the poison
+	// layer poisonHolds times (events), or, without the backoff, a minute
+	// (the comparison has no holds to wait for).
+	cfg := w.config()
+	level := func() int64 {
+		return w.Int(ctx, `SELECT COALESCE(max(int_level), 0)::bigint FROM cuesched_layer_backoff WHERE pk_layer = $1`, p.Layers[0].ID)
+	}
+	holds := int64(0)
+	if cfg.Queue.FailFastBackoffMin > 0 {
+		deadline := time.Now().Add(poisonWindowCap)
+		for holds < poisonHolds && time.Now().Before(deadline) {
+			if err := Sleep(ctx, 250*time.Millisecond); err != nil {
+				return err
+			}
+			holds = max(holds, level())
+		}
+	} else if err := Sleep(ctx, time.Minute); err != nil {
 		return err
 	}
 	d2, t2 := done(), time.Now()
 	rate1 := float64(d2-d1) / t2.Sub(t1).Seconds()
-	frames := w.Int(ctx, `SELECT count(*) FROM frame WHERE pk_job = $1 AND ts_started IS NOT NULL`, p.ID)
 	starts := 0
 	for _, l := range w.Fake.Launches() {
 		if l.Started && l.RunFrame.GetJobId() == p.ID {
 			starts++
 		}
 	}
-	holds := w.Int(ctx, `SELECT COALESCE(max(int_level), 0)::bigint FROM cuesched_layer_backoff WHERE pk_layer = $1`, p.Layers[0].ID)
+	frames := w.Int(ctx, `SELECT count(*) FROM frame WHERE pk_job = $1 AND ts_started IS NOT NULL`, p.ID)
+	healthyLeft := w.Int(ctx, `SELECT count(*) FROM frame WHERE pk_job = ANY($1) AND str_state = 'WAITING'`, healthy)
 	ratio := 0.0
 	if rate0 > 0 {
 		ratio = rate1 / rate0
 	}
 	w.Metric("healthy completions with the poison ÷ before it", ratio, AtLeast, 0.8, "x")
 	w.Metric("poison frame starts (launches; it keeps being tried)", float64(starts), AtLeast, 200, "")
+	if cfg.Queue.FailFastBackoffMin > 0 {
+		// The window is the backoff's own schedule: the holds came, and
+		// each retry window was a probe large enough for the starts floor.
+		w.Metric("fail-fast holds of the poison layer in the window", float64(holds), AtLeast, poisonHolds, "")
+		w.Metric("starts the backoff's schedule guarantees (failures + probe per retry window)",
+			float64(cfg.Queue.FailFastFailures+(poisonHolds-1)*max(cfg.Queue.FailFastProbe, cfg.Queue.FailFastFailures)), AtLeast, 200, "")
+	}
+	w.Metric("healthy frames still waiting at the window's end", float64(healthyLeft), AtLeast, 1, "")
+	w.Metric("window with the poison", t2.Sub(t1).Seconds(), Info, 0, "s")
 	w.Metric("healthy completions/s before the poison", rate0, AtLeast, 0, "/s")
 	w.Metric("healthy completions/s with the poison", rate1, AtLeast, 0, "/s")
 	mu.Lock()
@@ -160,7 +204,7 @@ func runPoison(ctx context.Context, w *World) error {
 	for _, o := range []string{"assumed", "confirmed", "superseded", "expired"} {
 		w.Metric("host-cache check-ins "+o, w.counterSum("scheduler_host_cache_assumptions_total", "outcome", o), Info, 0, "")
 	}
-	w.Note("distinct poison frames started %d (a failed frame is retried first, until DEAD); its backoff level at the end %d", frames, holds)
+	w.Note("distinct poison frames started %d (a failed frame is retried first, until DEAD); its backoff level at the window's end %d", frames, holds)
 	return nil
 }
 

@@ -24,6 +24,14 @@
 // the probe that follows it: when the hold ends the layer books again
 // normally and is judged on those runs alone.
 //
+// A released layer's retry window is a probe of a fixed size, not of a
+// fixed time: it is judged again only once at least Probe runs have failed
+// since (Failures decides the first hold, Probe every one after). Judged on
+// the next interval's worth of runs instead, the frames a retry window
+// starts would scale with how fast the passes run, so a loaded scheduler
+// would starve the layer it only meant to slow down. A layer backed off to
+// BackoffMax still runs a probe of Probe frames every BackoffMax.
+//
 // The hold lives in Postgres, so every instance honours it (the pending-job
 // and layer queries of package jobs skip a held layer, and a job whose
 // waiting layers are all held is not drawn), it survives a failover, and
@@ -45,8 +53,12 @@ import (
 
 // Config tunes the judgement (queue.fail_fast_*).
 type Config struct {
-	Interval   time.Duration
-	Failures   int
+	Interval time.Duration
+	Failures int
+	// Probe is how many failed runs a layer released from a hold needs
+	// before it is judged again (queue.fail_fast_probe); below Failures,
+	// Failures.
+	Probe      int
 	RunTime    time.Duration
 	BackoffMin time.Duration
 	BackoffMax time.Duration
@@ -54,7 +66,8 @@ type Config struct {
 
 // JudgeSQL judges every pending layer of the managed shows and returns
 // the layers newly held. $1 failures, $2 run time (s), $3 backoff min (s),
-// $4 backoff max (s).
+// $4 backoff max (s), $5 probe (failed runs that judge a layer released
+// from a hold, level > 0).
 const JudgeSQL = `
 WITH cur AS (
     SELECT l.pk_layer, lu.int_frame_fail_count::bigint AS fails, lu.int_frame_success_count::bigint AS succ,
@@ -73,9 +86,9 @@ WITH cur AS (
            CASE WHEN b.pk_layer IS NULL THEN 'new'
                 WHEN b.ts_until > now() THEN 'held'
                 WHEN c.succ > b.int_success_base THEN 'healthy'
-                WHEN c.fails - b.int_fail_base >= $1
+                WHEN c.fails - b.int_fail_base >= CASE WHEN b.int_level > 0 THEN GREATEST($1::bigint, $5::bigint) ELSE $1::bigint END
                  AND c.clk - b.int_clock_fail_base <= $2::float8 * (c.fails - b.int_fail_base) THEN 'fast'
-                WHEN c.fails - b.int_fail_base >= $1 THEN 'slow'
+                WHEN c.fails - b.int_fail_base >= CASE WHEN b.int_level > 0 THEN GREATEST($1::bigint, $5::bigint) ELSE $1::bigint END THEN 'slow'
                 ELSE 'same' END AS verdict
       FROM cur c LEFT JOIN cuesched_layer_backoff b ON b.pk_layer = c.pk_layer
 )
@@ -107,7 +120,7 @@ DELETE FROM cuesched_layer_backoff b
 
 // Judge runs one judgement and returns the layers it newly held.
 func Judge(ctx context.Context, pool *pgxpool.Pool, c Config) ([]Held, error) {
-	rows, err := pool.Query(ctx, JudgeSQL, c.Failures, c.RunTime.Seconds(), c.BackoffMin.Seconds(), c.BackoffMax.Seconds())
+	rows, err := pool.Query(ctx, JudgeSQL, c.Failures, c.RunTime.Seconds(), c.BackoffMin.Seconds(), c.BackoffMax.Seconds(), c.Probe)
 	if err != nil {
 		return nil, fmt.Errorf("fail-fast judgement: %w", err)
 	}

@@ -51,7 +51,7 @@ func TestJudge(t *testing.T) {
 		t.Fatal(err)
 	}
 	layer := poison.Layers[0].ID
-	cfg := failfast.Config{Failures: 5, RunTime: 10 * time.Second, BackoffMin: time.Minute, BackoffMax: 3 * time.Minute}
+	cfg := failfast.Config{Failures: 5, Probe: 10, RunTime: 10 * time.Second, BackoffMin: time.Minute, BackoffMax: 3 * time.Minute}
 	usage := func(fails, succ, clock int) {
 		t.Helper()
 		if _, err := pool.Exec(ctx, `UPDATE layer_usage SET int_frame_fail_count = $2, int_frame_success_count = $3, int_clock_time_fail = $4
@@ -126,31 +126,36 @@ func TestJudge(t *testing.T) {
 	if h := judge(); len(h) != 0 {
 		t.Fatalf("the stragglers counted against the probe: %+v", h)
 	}
-	usage(20, 0, 20)
+	// A released layer is judged on a probe of 10 failed runs, not 5.
+	usage(24, 0, 24)
+	if h := judge(); len(h) != 0 {
+		t.Fatalf("9 failures of the probe held %v", h)
+	}
+	usage(25, 0, 25)
 	h = judge()
 	if len(h) != 1 || h[0].Level != 2 || time.Until(h[0].Until) < 110*time.Second {
 		t.Fatalf("the probe failed fast: %+v, want level 2 for two minutes", h)
 	}
 	endHold()
-	usage(25, 0, 25)
+	usage(35, 0, 35)
 	if h = judge(); len(h) != 1 || h[0].Level != 3 || time.Until(h[0].Until) > 190*time.Second {
 		t.Fatalf("third hold: %+v, want level 3 capped at three minutes", h)
 	}
 	// Slow failures are not poison; a success ends it.
 	endHold()
-	usage(30, 0, 25+5*60)
+	usage(45, 0, 35+10*60)
 	if h = judge(); len(h) != 0 {
 		t.Fatalf("slow failures held: %+v", h)
 	}
 	if lvl, held := level(); lvl != 0 || held {
 		t.Fatalf("after slow failures level %d held %v", lvl, held)
 	}
-	usage(35, 0, 25+5*60+5)
+	usage(50, 0, 35+10*60+5)
 	if h = judge(); len(h) != 1 || h[0].Level != 1 {
 		t.Fatalf("fast again: %+v", h)
 	}
 	endHold()
-	usage(36, 1, 25+5*60+6)
+	usage(51, 1, 35+10*60+6)
 	judge()
 	if lvl, held := level(); lvl != 0 || held {
 		t.Fatalf("after a success level %d held %v", lvl, held)

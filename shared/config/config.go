@@ -226,8 +226,14 @@ type Queue struct {
 	// FailFastRunTime each, is held out of the lottery and of every pass
 	// for FailFastBackoffMin, doubling up to FailFastBackoffMax while it
 	// goes on; a success ends it. FailFastBackoffMin 0 disables it.
+	// FailFastProbe is the size of a held layer's retry window: released
+	// from a hold, it is judged again only once at least that many runs
+	// have failed since, so every retry window is a probe of a fixed number
+	// of frames, not however many the passes book in one judgement
+	// interval (which scales with the machine's speed).
 	FailFastInterval   Duration `yaml:"fail_fast_interval"`
 	FailFastFailures   int      `yaml:"fail_fast_failures"`
+	FailFastProbe      int      `yaml:"fail_fast_probe"`
 	FailFastRunTime    Duration `yaml:"fail_fast_run_time"`
 	FailFastBackoffMin Duration `yaml:"fail_fast_backoff_min"`
 	FailFastBackoffMax Duration `yaml:"fail_fast_backoff_max"`
@@ -487,6 +493,7 @@ func Default() Config {
 			LayerBackoffMax:               Duration(30 * time.Second),
 			FailFastInterval:              Duration(2 * time.Second),
 			FailFastFailures:              5,
+			FailFastProbe:                 20,
 			FailFastRunTime:               Duration(10 * time.Second),
 			FailFastBackoffMin:            Duration(30 * time.Second),
 			FailFastBackoffMax:            Duration(30 * time.Minute),

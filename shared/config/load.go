@@ -324,6 +324,9 @@ func (c Config) Validate() error {
 	if c.Queue.FailFastBackoffMin > 0 && (c.Queue.FailFastFailures < 1 || c.Queue.FailFastInterval <= 0 || c.Queue.FailFastRunTime <= 0) {
 		return bad("queue.fail_fast_failures", "fail_fast_failures must be at least 1 and fail_fast_interval and fail_fast_run_time positive while fail_fast_backoff_min is set")
 	}
+	if c.Queue.FailFastProbe < 0 {
+		return bad("queue.fail_fast_probe", "must not be negative (0: a released layer is judged on fail_fast_failures runs)")
+	}
 	if f := c.Queue.Reservations.MaxFraction; !(f > 0 && f <= 1) {
 		return bad("queue.reservations.max_fraction", fmt.Sprintf("must be in (0, 1], not %g", f))
 	}
