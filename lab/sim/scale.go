@@ -471,38 +471,6 @@ func (w *World) cacheStaleness() float64 {
 	return worst
 }
 
-// counterSum sums a counter of the live schedulers over the series whose
-// label has the value (every series when label is "").
-func (w *World) counterSum(name, label, value string) float64 {
-	var sum float64
-	for _, in := range w.scheds {
-		if in.dead {
-			continue
-		}
-		fams, err := in.reg.Gather()
-		if err != nil {
-			continue
-		}
-		for _, f := range fams {
-			if f.GetName() != name {
-				continue
-			}
-			for _, m := range f.GetMetric() {
-				ok := label == ""
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == label && lp.GetValue() == value {
-						ok = true
-					}
-				}
-				if ok {
-					sum += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return sum
-}
-
 func (s *scaleSamples) maxRSS() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()

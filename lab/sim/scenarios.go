@@ -202,7 +202,7 @@ func runPoison(ctx context.Context, w *World) error {
 	w.Metric("host-cache staleness max with the poison (WAL lag)", stale[1], Info, 0, "s")
 	mu.Unlock()
 	for _, o := range []string{"assumed", "confirmed", "superseded", "expired"} {
-		w.Metric("host-cache check-ins "+o, w.counterSum("scheduler_host_cache_assumptions_total", "outcome", o), Info, 0, "")
+		w.Metric("host-cache check-ins "+o, w.Counter("scheduler_host_cache_assumptions_total", "outcome", o), Info, 0, "")
 	}
 	w.Note("distinct poison frames started %d (a failed frame is retried first, until DEAD); its backoff level at the window's end %d", frames, holds)
 	return nil
