@@ -415,6 +415,7 @@ func (p *Loop) Pass(ctx context.Context, c *clusters.Cluster) PassResult {
 		}
 		p.fails.Store(c.Key(), n)
 		r.Sleep = p.errorBackoff(n)
+		p.m.errorBackoff.Observe(r.Sleep.Seconds())
 	} else if r.Reason != Cancelled {
 		p.fails.Delete(c.Key())
 	}

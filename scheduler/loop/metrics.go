@@ -14,6 +14,7 @@ type metrics struct {
 	delivery      prometheus.Histogram
 	inFlight      prometheus.Gauge
 	jobsInFlight  prometheus.Gauge
+	errorBackoff  prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -65,6 +66,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "scheduler_pass_jobs_in_flight",
 			Help: "Jobs of running passes being worked by the matcher now (at most cluster_buffer_size x job_buffer_size).",
 		}),
+		errorBackoff: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "scheduler_pass_error_backoff_seconds",
+			Help:    "Sleep given to a cluster after a failed pass (query_error, failed) before its retry: at most queue.cluster_error_backoff_max.",
+			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60},
+		}),
 	}
 	for _, s := range []string{"job_query", "booking"} {
 		m.errors.WithLabelValues(s)
@@ -74,7 +80,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.jobsQueried, m.jobsProcessed, m.jobQuery, m.passes, m.perPass, m.errors,
-			m.planned, m.delivered, m.delivery, m.inFlight, m.jobsInFlight)
+			m.planned, m.delivered, m.delivery, m.inFlight, m.jobsInFlight, m.errorBackoff)
 	}
 	return m
 }
