@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"syscall"
@@ -70,8 +71,40 @@ func (e *env) passSteps(limit time.Duration) passSteps {
 	return s
 }
 
-// TestFaultPostgresOutageBookingGap: every process loses Postgres for 3 s
-// (a restart or a failover seen from the daemons) while work waits, with
+// outageStreak is how many passes in a row a cluster fails before the
+// database comes back: 200 ms doubling reaches the 1 s cap at the fourth,
+// the fifth sleeps at the cap (a cap of 30 s would give 1.6-3.2 s there).
+const outageStreak = 5
+
+// failedPassRE is the scheduler's warning for a failed pass, with its
+// cluster.
+var failedPassRE = regexp.MustCompile(`(?:pending-job|capped-work) query failed[^\n]*?cluster=("[^"]*"|[^ \n]+)`)
+
+// longestFailStreak is the most failed passes of one cluster the
+// schedulers' logs show since the offsets from (one per scheduler).
+func (e *env) longestFailStreak(from []int) (int, string) {
+	e.mu.Lock()
+	scheds := append([]*daemon(nil), e.schedulers...)
+	e.mu.Unlock()
+	best, cluster := 0, ""
+	for i, d := range scheds {
+		log := d.logText()
+		if i < len(from) && from[i] <= len(log) {
+			log = log[from[i]:]
+		}
+		n := map[string]int{}
+		for _, m := range failedPassRE.FindAllStringSubmatch(log, -1) {
+			if n[m[1]]++; n[m[1]] > best {
+				best, cluster = n[m[1]], d.name+" "+m[1]
+			}
+		}
+	}
+	return best, cluster
+}
+
+// TestFaultPostgresOutageBookingGap: every process loses Postgres (a
+// restart or a failover seen from the daemons) for at least 3 s and until
+// a cluster has failed outageStreak passes in a row, while work waits, with
 // the production queue pacing (cluster_empty_sleep 30 s). A failed pass
 // must be retried after the error backoff (200 ms doubling to
 // queue.cluster_error_backoff_max, 1 s, jittered), not after the empty
@@ -79,8 +112,10 @@ func (e *env) passSteps(limit time.Duration) passSteps {
 // passes that run once the database is back.
 //
 // Judged in the scheduler's own steps, not in seconds (a wall-clock bound
-// depends on how fast the machine is): the outage made passes fail (the
-// test exercises the retry); every sleep given after a failed pass is at
+// depends on how fast the machine is): a cluster failed outageStreak passes
+// in a row during the outage (waited for: a scheduler that stopped
+// retrying, or slept the empty sleep after an error, never gets there);
+// every sleep given after a failed pass is at
 // most cluster_error_backoff_max (scheduler_pass_error_backoff_seconds);
 // no pass started after the restore fails (the failed-pass count rises
 // after the restore by at most the passes in flight at it); and a frame
@@ -93,15 +128,35 @@ func TestFaultPostgresOutageBookingGap(t *testing.T) {
 	e.run()
 	e.waitProgress(0.1, 60*time.Second)
 	before := e.passSteps(backoffMax)
-	outage := 3 * time.Second
-	cutAt := time.Now()
+	minOutage := 3 * time.Second
 	e.mu.Lock()
 	ds := append(append([]*daemon(nil), e.schedulers...), e.sidecars...)
 	e.mu.Unlock()
+	logFrom := make([]int, len(e.schedulers))
+	for i, d := range e.schedulers {
+		logFrom[i] = len(d.logText())
+	}
+	cutAt := time.Now()
 	for _, d := range ds {
 		e.cut(d, true, false)
 	}
-	time.Sleep(outage)
+	// The outage lasts at least minOutage and until some cluster has
+	// failed outageStreak passes in a row (an event, not a duration: every
+	// cluster may be asleep, saturated or empty, when the cut comes), so
+	// its backoff has reached its cap whatever the machine's speed.
+	time.Sleep(minOutage)
+	streak, cluster := 0, ""
+	for deadline := time.Now().Add(testenv.Patience(60 * time.Second)); ; time.Sleep(50 * time.Millisecond) {
+		if streak, cluster = e.longestFailStreak(logFrom); streak >= outageStreak {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no cluster failed %d passes in a row within %s of the cut (longest %d, %q): the scheduler stopped retrying or sleeps far longer than the error backoff",
+				outageStreak, testenv.Patience(60*time.Second)+minOutage, streak, cluster)
+		}
+	}
+	outage := time.Since(cutAt).Round(time.Millisecond)
+	e.note("cluster %s failed %d passes in a row", cluster, streak)
 	for _, d := range ds {
 		d.restore()
 	}
