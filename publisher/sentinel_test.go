@@ -3,10 +3,6 @@ package publisher_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,8 +17,7 @@ import (
 func TestSentinelFromOneConfig(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	bin, err := testenv.RedisBinary()
-	if err != nil {
+	if _, err := testenv.RedisBinary(); err != nil {
 		t.Skip(err)
 	}
 	primary, err := testenv.StartRedis(ctx, testenv.RedisOptions{Databases: 4})
@@ -31,27 +26,18 @@ func TestSentinelFromOneConfig(t *testing.T) {
 	}
 	t.Cleanup(primary.Stop)
 
-	port, err := testenv.FreePort()
+	// The Sentinel asks for a password of its own (accounting.sentinel_password).
+	// StartSentinel retries on another port if this one is taken first.
+	sn, err := testenv.StartSentinel(ctx, testenv.SentinelProcOptions{Dir: t.TempDir(), Password: "sentinel-pw",
+		Conf: fmt.Sprintf("requirepass sentinel-pw\nsentinel monitor acct 127.0.0.1 %d 1\n", primary.Port())})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "sentinel.conf")
-	// The Sentinel asks for a password of its own (accounting.sentinel_password).
-	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nrequirepass sentinel-pw\nsentinel monitor acct 127.0.0.1 %d 1\n", port, dir, primary.Port())
-	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, conf, "--sentinel")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(sn.Stop)
 
 	acct := config.Accounting{
 		RedisURL:       "redis://127.0.0.1:1/2", // DB number (and credentials) for the primary; address ignored
-		SentinelMaster: "acct", SentinelAddrs: []string{fmt.Sprintf("127.0.0.1:%d", port)},
+		SentinelMaster: "acct", SentinelAddrs: []string{sn.Addr()},
 		SentinelPassword: "sentinel-pw",
 	}
 	cc, err := publisher.ClientConfigFrom(acct)

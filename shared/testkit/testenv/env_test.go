@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -242,5 +243,32 @@ func TestPortTakenIsRetried(t *testing.T) {
 	}
 	if dataDir != p.dataDir() {
 		t.Fatalf("postgres on %d is %s, want ours %s", p.Port(), dataDir, p.dataDir())
+	}
+}
+
+// The same for a Sentinel: a port held by a listener that is not a server
+// (the Sentinel fails to bind) and one held by another Redis (which would
+// answer in its place) are given up for a free one.
+func TestSentinelPortTakenIsRetried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	other := RedisServer(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	held := ln.Addr().(*net.TCPAddr).Port
+	s, err := StartSentinel(ctx, SentinelProcOptions{Dir: filepath.Join(t.TempDir(), "s"), Conf: "requirepass pw\n", Password: "pw",
+		takenPorts: []int{held, other.Port()}})
+	if err != nil {
+		t.Fatalf("sentinel: %v", err)
+	}
+	defer s.Stop()
+	if s.Port() == held || s.Port() == other.Port() {
+		t.Fatalf("sentinel started on a taken port %d", s.Port())
+	}
+	if pid, err := s.pid(ctx, "pw"); err != nil || pid != s.cmd.Process.Pid {
+		t.Fatalf("sentinel on %s answers for pid %d (%v), want ours %d", s.Addr(), pid, err, s.cmd.Process.Pid)
 	}
 }

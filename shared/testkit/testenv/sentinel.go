@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -28,7 +29,7 @@ type SentinelGroup struct {
 	Servers []*Redis
 
 	mu        sync.Mutex
-	sentinels []*exec.Cmd
+	sentinels []*Sentinel
 	addrs     []string
 	dir       string
 }
@@ -55,8 +56,7 @@ func StartSentinelGroup(ctx context.Context, opts SentinelOptions) (*SentinelGro
 	if opts.DownAfter == 0 {
 		opts.DownAfter = time.Second
 	}
-	bin, err := RedisBinary()
-	if err != nil {
+	if _, err := RedisBinary(); err != nil {
 		return nil, err
 	}
 	g := &SentinelGroup{Master: "acct"}
@@ -80,33 +80,19 @@ func StartSentinelGroup(ctx context.Context, opts SentinelOptions) (*SentinelGro
 		return nil, err
 	}
 	for i := 0; i < 3; i++ {
-		port, err := FreePort()
-		if err != nil {
-			return nil, err
-		}
 		dir := filepath.Join(g.dir, strconv.Itoa(i))
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, err
-		}
-		conf := filepath.Join(dir, "sentinel.conf")
-		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\n"+
-			"sentinel monitor %s 127.0.0.1 %d 2\n"+
+		conf := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2\n"+
 			"sentinel down-after-milliseconds %s %d\n"+
 			"sentinel failover-timeout %s 4000\n"+
 			"sentinel parallel-syncs %s 1\n",
-			port, dir, filepath.Join(dir, "sentinel.log"), g.Master, primary.Port(),
-			g.Master, opts.DownAfter.Milliseconds(), g.Master, g.Master)
-		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			g.Master, primary.Port(), g.Master, opts.DownAfter.Milliseconds(), g.Master, g.Master)
+		sn, err := StartSentinel(ctx, SentinelProcOptions{Dir: dir, Conf: conf})
+		if err != nil {
 			return nil, err
 		}
-		cmd := exec.Command(bin, conf, "--sentinel")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			return nil, fmt.Errorf("testenv: start redis-sentinel: %w", err)
-		}
 		g.mu.Lock()
-		g.sentinels = append(g.sentinels, cmd)
-		g.addrs = append(g.addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		g.sentinels = append(g.sentinels, sn)
+		g.addrs = append(g.addrs, sn.Addr())
 		g.mu.Unlock()
 	}
 	deadline := time.Now().Add(Patience(20 * time.Second))
@@ -211,8 +197,7 @@ func (g *SentinelGroup) Stop() {
 	g.sentinels = nil
 	g.mu.Unlock()
 	for _, c := range cmds {
-		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
-		_ = c.Wait()
+		c.Stop()
 	}
 	for _, s := range g.Servers {
 		s.Stop()
@@ -238,4 +223,135 @@ func (g *SentinelGroup) WaitReplica(ctx context.Context, r *Redis, timeout time.
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// Sentinel is one redis-sentinel process started by StartSentinel.
+type Sentinel struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	addr   string
+}
+
+// SentinelProcOptions configures StartSentinel.
+type SentinelProcOptions struct {
+	// Dir holds the configuration file (Sentinel rewrites it) and the
+	// log; created if missing.
+	Dir string
+	// Conf is the configuration without port, bind, dir and logfile
+	// (sentinel monitor ..., requirepass ...).
+	Conf string
+	// Password is the Sentinel's own requirepass, if Conf sets one (used
+	// to ask the process on the port who it is).
+	Password string
+	// takenPorts, for tests of the retry: ports tried first.
+	takenPorts []int
+}
+
+// StartSentinel starts redis-sentinel on 127.0.0.1 and a free port. A port
+// another process bound between FreePort and the Sentinel's own bind is
+// given up for another (up to portAttempts), whether the clash shows as
+// the Sentinel failing to bind or as another server answering there, as
+// StartRedis does.
+func StartSentinel(ctx context.Context, o SentinelProcOptions) (*Sentinel, error) {
+	bin, err := RedisBinary()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	for i := 0; i < portAttempts; i++ {
+		port := 0
+		if i < len(o.takenPorts) {
+			port = o.takenPorts[i]
+		} else if port, err = FreePort(); err != nil {
+			return nil, err
+		}
+		var s *Sentinel
+		if s, err = startSentinel(ctx, bin, o, port); !errors.Is(err, errPortTaken) {
+			return s, err
+		}
+	}
+	return nil, err
+}
+
+func startSentinel(ctx context.Context, bin string, o SentinelProcOptions, port int) (*Sentinel, error) {
+	logfile := filepath.Join(o.Dir, "sentinel.log")
+	_ = os.Remove(logfile)
+	conf := filepath.Join(o.Dir, "sentinel.conf")
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\n%s", port, o.Dir, logfile, o.Conf)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, conf, "--sentinel")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("testenv: start redis-sentinel: %w", err)
+	}
+	s := &Sentinel{cmd: cmd, exited: make(chan struct{}), addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	go func() { _ = cmd.Wait(); close(s.exited) }()
+	deadline := time.Now().Add(Patience(20 * time.Second))
+	for {
+		if pid, err := s.pid(ctx, o.Password); err == nil {
+			// The process answering must be ours: another may hold the
+			// port while ours is still failing to bind it.
+			if pid != cmd.Process.Pid {
+				s.Stop()
+				return nil, fmt.Errorf("%w: %d answers for pid %d", errPortTaken, port, pid)
+			}
+			return s, nil
+		}
+		select {
+		case <-s.exited:
+			log, _ := os.ReadFile(logfile)
+			if strings.Contains(string(log), "Address already in use") {
+				return nil, fmt.Errorf("%w: %d", errPortTaken, port)
+			}
+			return nil, fmt.Errorf("testenv: redis-sentinel exited during start-up: %s", tail(string(log), 2000))
+		default:
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			s.Stop()
+			return nil, fmt.Errorf("testenv: redis-sentinel on %s did not answer within %s", s.addr, Patience(20*time.Second))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// pid asks the process on the Sentinel's address for its process id.
+func (s *Sentinel) pid(ctx context.Context, password string) (int, error) {
+	c := redis.NewClient(&redis.Options{Addr: s.addr, Password: password, DialTimeout: time.Second,
+		ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1, DisableIdentity: true, Protocol: 2})
+	defer c.Close()
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	info, err := c.Info(qctx, "server").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("INFO server has no process_id")
+}
+
+// Addr is the Sentinel's host:port.
+func (s *Sentinel) Addr() string { return s.addr }
+
+// Port is the Sentinel's TCP port.
+func (s *Sentinel) Port() int {
+	_, p, _ := net.SplitHostPort(s.addr)
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// Stop kills the Sentinel (and its process group) and waits for it.
+func (s *Sentinel) Stop() {
+	if s == nil {
+		return
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	<-s.exited
 }
