@@ -260,6 +260,11 @@ func (p *Postgres) start(ctx context.Context) error {
 			if err == nil && filepath.Clean(dataDir) != filepath.Clean(p.dataDir()) {
 				_ = cmd.Process.Kill()
 				<-exited
+				// Killed mid start-up, it may leave its lock file empty,
+				// which the next attempt's server refuses ("lock file
+				// postmaster.pid is empty"): the process is gone and the
+				// data directory is ours, so remove it.
+				_ = os.Remove(filepath.Join(p.dataDir(), "postmaster.pid"))
 				return fmt.Errorf("%w: %d answers for %s", errPortTaken, p.port, dataDir)
 			}
 			if err == nil {
