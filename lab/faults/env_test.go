@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -123,11 +124,10 @@ func (o *envOpts) defaults() {
 // Postgres and Redis, so a test can partition it alone.
 type daemon struct {
 	*process
-	role        string
-	pgProxy     *testenv.Proxy
-	redisProxy  *testenv.Proxy
-	metricsAddr string
-	config      string
+	role       string
+	pgProxy    *testenv.Proxy
+	redisProxy *testenv.Proxy
+	config     string
 }
 
 // cut partitions the daemon from Postgres and/or Redis; restore heals it.
@@ -373,13 +373,34 @@ func (e *env) shutdown() {
 	}
 }
 
-// freeAddr returns 127.0.0.1:<free port>.
-func freeAddr(t testing.TB) string {
-	p, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
+// metricsListen is every daemon's metrics.listen: the kernel picks the port
+// when the process binds it (a port picked ahead by the test could be bound
+// by another test's process first), and the process logs the address it
+// bound (see daemon.metricsAddr).
+const metricsListen = "127.0.0.1:0"
+
+// metricsAddrRE finds the bound address in the metrics endpoint's start-up
+// line (text or JSON log format).
+var metricsAddrRE = regexp.MustCompile(`serving /metrics[^\n]*?"?addr"?[=:]"?(127\.0\.0\.1:[0-9]+)`)
+
+// metricsAddr is where the daemon's current run serves /metrics: the
+// address its log reports since its last start (a restarted process binds
+// another port), waited for until ctx ends.
+func (d *daemon) metricsAddr(ctx context.Context) (string, error) {
+	header := "===== " + d.name + " start #"
+	for {
+		log := d.logText()
+		if i := strings.LastIndex(log, header); i >= 0 {
+			if m := metricsAddrRE.FindStringSubmatch(log[i:]); m != nil {
+				return m[1], nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("%s: no metrics address in its log since its last start: %w", d.name, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	return fmt.Sprintf("127.0.0.1:%d", p)
 }
 
 // newDaemon creates the proxies and the configuration file of one process.
@@ -397,7 +418,7 @@ func (e *env) newDaemon(role, name, pgParams string, extraYAML string) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &daemon{role: role, pgProxy: pgp, redisProxy: rdp, metricsAddr: freeAddr(t)}
+	d := &daemon{role: role, pgProxy: pgp, redisProxy: rdp}
 	dbURL := fmt.Sprintf("postgres://postgres@%s/cue?sslmode=disable", pgp.Addr())
 	if pgParams != "" {
 		dbURL += "&" + pgParams
@@ -435,7 +456,7 @@ logging:
   level: %s
 metrics:
   listen: %q
-%s`, role, name, dbURL, redisURL, sentinel, e.queueYAML(), name, e.fake.Addr(), rqdRequestTimeout, e.slot, logLevel(), d.metricsAddr, extraYAML)
+%s`, role, name, dbURL, redisURL, sentinel, e.queueYAML(), name, e.fake.Addr(), rqdRequestTimeout, e.slot, logLevel(), metricsListen, extraYAML)
 	d.config = filepath.Join(e.dir, name+".yaml")
 	if err := os.WriteFile(d.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

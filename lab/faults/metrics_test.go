@@ -7,14 +7,22 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 // metrics scrapes a daemon's /metrics and returns every sample as
 // "name{labels}" -> value (the text format, parsed just enough for tests).
 func (d *daemon) metrics(ctx context.Context) (map[string]float64, error) {
+	actx, acancel := context.WithTimeout(ctx, testenv.Patience(30*time.Second))
+	addr, err := d.metricsAddr(actx)
+	acancel()
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.metricsAddr+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
 		return nil, err
 	}

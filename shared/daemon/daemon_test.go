@@ -97,27 +97,37 @@ func TestDrainTimeout(t *testing.T) {
 }
 
 func TestRunServesEndpointsAndReturnsErrors(t *testing.T) {
-	d, _ := newDaemon(t)
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	d.Config.Metrics.Listen = addr
 	boom := errors.New("boom")
-	d.Health.SetCheck("x", func() error { return errors.New("warming up") })
-	err = d.Run(context.Background(), func(ctx context.Context) error {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err != nil {
-			return err
+	// The port is only a hint: another process may bind it before Run
+	// does, so a clash (Run fails to listen, before running the mode) is
+	// retried on another, as testenv does for its servers.
+	var err error
+	for attempt := 0; attempt < 8; attempt++ {
+		d, _ := newDaemon(t)
+		var port int
+		if port, err = testenv.FreePort(); err != nil {
+			t.Fatal(err)
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 503 || !strings.Contains(string(body), "x: warming up") {
-			t.Errorf("readyz: %d %q", resp.StatusCode, body)
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		d.Config.Metrics.Listen = addr
+		d.Health.SetCheck("x", func() error { return errors.New("warming up") })
+		err = d.Run(context.Background(), func(ctx context.Context) error {
+			resp, err := http.Get("http://" + addr + "/readyz")
+			if err != nil {
+				return err
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 503 || !strings.Contains(string(body), "x: warming up") {
+				t.Errorf("readyz: %d %q", resp.StatusCode, body)
+			}
+			return boom
+		})
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			break
 		}
-		return boom
-	})
+		t.Logf("port %d taken before Run bound it; another", port)
+	}
 	if !errors.Is(err, boom) {
 		t.Fatalf("Run must return the mode's error, got %v", err)
 	}
