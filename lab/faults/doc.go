@@ -47,9 +47,12 @@
 //     that; without the check the frame would stay RUNNING forever, in
 //     production as here. Cuebot waits 300 s, longer than a scheduler may
 //     take to launch what it booked (the launch deadline is anchored at the
-//     booking: about a minute with these settings); the reaper waits 3 s,
-//     and pauses while a scheduler is frozen and until that scheduler's
-//     launch deadline has passed;
+//     booking: about a minute with these settings); the reaper waits 3 s
+//     for a proc booked before a scheduler was killed (its launch can
+//     never come), and for any other until that launch deadline has passed
+//     (a launch slowed past 3 s on a loaded machine is not an orphan), and
+//     pauses while a scheduler is frozen and until that scheduler's launch
+//     deadline has passed;
 //   - for every process, a TCP proxy in front of Postgres and one in front
 //     of Redis (testenv.StartProxy), so one process can be partitioned alone,
 //     and a per-process config file (short loop intervals: recompute 2 s,

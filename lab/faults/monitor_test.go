@@ -113,10 +113,14 @@ func (c *completer) inFlight() map[string]bool {
 // Cuebot waits 300 s, longer than a scheduler may take from the start of a
 // booking to its LaunchFrame (launchBound: the dispatcher anchors its
 // launch deadline there, config.DispatchBudget), so it never clears a proc
-// whose launch can still come. The reaper waits only a few seconds; it is
-// paused while a scheduler is frozen and until that scheduler's launch
-// deadline has passed (a thawed scheduler may still launch what it
-// committed before the freeze).
+// whose launch can still come. The reaper waits only a few seconds for a
+// proc booked before a scheduler was killed (that launch never comes);
+// any other proc it leaves alone until launchBound after its booking (a
+// launch slowed past a few seconds by a loaded machine still comes, and a
+// proc cleared under it would be booked and started again). It is paused
+// while a scheduler is frozen and until that scheduler's launch deadline
+// has passed (a thawed scheduler may still launch what it committed
+// before the freeze).
 type reaper struct {
 	e     *env
 	after time.Duration
@@ -187,24 +191,35 @@ func (r *reaper) pass(prev map[string]bool) map[string]bool {
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
 	defer cancel()
-	rows, err := e.pool.Query(ctx, `SELECT pk_proc, pk_frame FROM proc
+	rows, err := e.pool.Query(ctx, `SELECT pk_proc, pk_frame, ts_booked, now() FROM proc
 		WHERE pk_frame IS NOT NULL AND NOT b_local AND ts_booked < now() - $1::interval`,
 		fmt.Sprintf("%d milliseconds", r.after.Milliseconds()))
 	if err != nil {
 		return prev
 	}
-	type pf struct{ proc, frame string }
+	type pf struct {
+		proc, frame string
+		booked, now time.Time
+	}
 	procs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (pf, error) {
 		var p pf
-		err := row.Scan(&p.proc, &p.frame)
+		err := row.Scan(&p.proc, &p.frame, &p.booked, &p.now)
 		return p, err
 	})
 	if err != nil {
 		return prev
 	}
+	kills := e.schedulerKills()
 	missing := map[string]bool{}
 	for _, p := range procs {
 		if live[p.proc] {
+			continue
+		}
+		// A proc whose launch can still come is not an orphan, however
+		// slow the launch (a loaded machine): its scheduler launches it
+		// or undoes it by launchBound after the booking. Before that only
+		// a proc booked before a scheduler was killed is judged.
+		if p.now.Sub(p.booked) < launchBound() && !killedSince(kills, p.booked) {
 			continue
 		}
 		missing[p.proc] = true
@@ -227,6 +242,30 @@ func (r *reaper) pass(prev map[string]bool) map[string]bool {
 		}
 	}
 	return missing
+}
+
+// schedulerKills are the times a scheduler process was killed (kill -9).
+func (e *env) schedulerKills() []time.Time {
+	e.mu.Lock()
+	scheds := append([]*daemon(nil), e.schedulers...)
+	e.mu.Unlock()
+	var out []time.Time
+	for _, d := range scheds {
+		d.mu.Lock()
+		out = append(out, d.kills...)
+		d.mu.Unlock()
+	}
+	return out
+}
+
+// killedSince reports whether a kill came at or after t.
+func killedSince(kills []time.Time, t time.Time) bool {
+	for _, k := range kills {
+		if !k.Before(t) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *reaper) stop() {
