@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
@@ -111,6 +112,22 @@ func TestFaultKillSidecar(t *testing.T) {
 		}
 		e.finish(pick(60*time.Second, 3*time.Minute))
 	})
+}
+
+// TestFaultSlowLaunch: every LaunchFrame takes 4 s to be answered (a slow
+// RQD, or a launch slowed by a loaded machine), past the emulated
+// orphaned-proc check's 3 s but within the launch deadline
+// (rqd.request_timeout 5 s). The committed proc is not an orphan while its
+// launch can still come: clearing it would put the frame back to WAITING,
+// and the frame would be booked and started again while its first launch
+// lands (checkLaunches: started twice, the first run not failed).
+func TestFaultSlowLaunch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{Frames: 60, Setup: func(e *env) {
+		e.fake.SetDefault(fakerqd.Behavior{RunTimeFunc: e.runTime, LaunchDelay: 4 * time.Second})
+	}})
+	e.run()
+	e.finish(90 * time.Second)
 }
 
 // redisRestartGapBound bounds the booking gap after Redis restarts empty:

@@ -151,6 +151,11 @@ type Behavior struct {
 	// completes with exit status 0.
 	StartDespiteError bool
 
+	// LaunchDelay holds every LaunchFrame this long before it is decided
+	// (a slow RQD or a loaded machine): the frame starts, and the call
+	// returns, after it (or fails with the caller's deadline).
+	LaunchDelay time.Duration
+
 	// MaxRSSFunc gives the max RSS (KB) reported for a frame. By default a
 	// frame uses half its hard memory limit (the dispatcher sets the hard
 	// limit to twice the reserved memory); OOM frames always report more

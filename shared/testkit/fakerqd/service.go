@@ -65,6 +65,18 @@ func (svc *service) LaunchFrame(ctx context.Context, req *rqdpb.RqdStaticLaunchF
 		s.record(Launch{RunFrame: rf, At: at, Code: status.Code(err)})
 		return nil, err
 	}
+	if b.LaunchDelay > 0 {
+		t := time.NewTimer(b.LaunchDelay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			err := status.FromContextError(ctx.Err()).Err()
+			s.record(Launch{RunFrame: rf, At: at, Code: status.Code(err)})
+			return nil, err
+		}
+		at = time.Now()
+	}
 	l, reply := s.launch(host, b, rf, at)
 	if s.onLaunch != nil {
 		s.onLaunch(l)
