@@ -147,10 +147,18 @@ func (s *Service) checkLineage(st publisher.State, hw, term int64) (why, kind st
 	return "", ""
 }
 
-// adoptEpoch records the epoch this instance's own bootstrap wrote.
+// adoptEpoch records the epoch this instance's own bootstrap wrote. When
+// the epoch watch adopted it already (it polled between SetEpoch and here),
+// nothing is reset: the high-water mark has followed every acknowledged
+// booking under that epoch since, and a reset now, from a State read that
+// may come late (a slow goroutine on a loaded machine), could lower it to a
+// rolled-back acct:seq and hide the rollback for good.
 func (s *Service) adoptEpoch(ctx context.Context, epoch string) {
 	s.lineageMu.Lock()
 	defer s.lineageMu.Unlock()
+	if s.known == epoch {
+		return
+	}
 	s.known, s.knownGen = epoch, publisher.EpochGeneration(epoch)
 	if st, err := s.pub.State(ctx); err == nil && st.Epoch == epoch {
 		s.pub.ResetSeqHighWater(st.Seq)

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 // dumpDB is a point-in-time copy of every key of the farm's Redis DB
@@ -149,4 +150,49 @@ func TestRolledBackRedisIsNotTrusted(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.requireNoDrift()
+}
+
+// TestLateAdoptionKeepsTheHighWaterMark forces the interleaving behind a
+// flake of TestRolledBackRedisIsNotTrusted on a loaded machine: the epoch
+// watch adopts a fresh bootstrap's epoch and opens the gate, bookings are
+// acknowledged under it, Redis rolls back, and only then does the
+// bootstrap's own adoption of its epoch run (its goroutine was slow). That
+// late adoption must not reset the high-water mark to the rolled-back
+// acct:seq: the next check still sees the rollback.
+func TestLateAdoptionKeepsTheHighWaterMark(t *testing.T) {
+	t.Parallel()
+	f := newFarm(t)
+	sh := f.addShow(showSpec{managed: true, burstCores: 1000, folderMaxCores: -1, jobs: 1, jobMaxCores: -1, hosts: 1})
+	// The watch polls once at start, then not again: this test makes each
+	// check itself.
+	s, reg := f.service(Config{ManagedPollInterval: 50 * time.Millisecond, EpochPollInterval: time.Hour,
+		LeaderPollInterval: 100 * time.Millisecond, FlipSettle: 200 * time.Millisecond, InFlightGrace: 500 * time.Millisecond,
+		RecomputeInterval: time.Hour})
+	runService(t, s)
+	ctx, cancel := context.WithTimeout(f.ctx, testenv.Patience(10*time.Second))
+	defer cancel()
+	if err := s.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := f.pub.Epoch(f.ctx)
+	if err != nil || epoch == "" {
+		t.Fatalf("epoch %q: %v", epoch, err)
+	}
+	var old dumpDB
+	for i := 1; i <= 10; i++ {
+		if i == 6 {
+			old = f.dump()
+		}
+		id := fmt.Sprintf("p-%d", i)
+		if _, err := f.pub.Book(f.ctx, sh.booking(id, 0, 100)); err != nil {
+			t.Fatalf("book %s: %v", id, err)
+		}
+		sh.mustInsertProc(id, 0, 100, 0)
+	}
+	f.restore(old) // five acknowledged bookings lost
+	s.adoptEpoch(f.ctx, epoch)
+	s.checkEpoch(f.ctx)
+	if got := metric(t, reg, "scheduler_accounting_rollbacks_detected_total", "kind", "seq"); got != 1 {
+		t.Fatalf("seq rollbacks detected = %v after a late adoption of the same epoch, want 1", got)
+	}
 }

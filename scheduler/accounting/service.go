@@ -390,7 +390,11 @@ func (s *Service) bootstrap(ctx context.Context, fence func(context.Context) err
 		return fmt.Errorf("bootstrap: %w", err)
 	}
 	s.m.reseedCycles.WithLabelValues("bootstrap", "ok").Inc()
-	s.setGate(true, "")
+	// The gate opens on what Redis holds now, as the epoch watch would
+	// open it: the epoch this bootstrap wrote may already be gone (a
+	// rollback detected meanwhile invalidated it), and then booking stays
+	// paused until the next bootstrap.
+	s.checkEpoch(ctx)
 	s.log.Info("bootstrap done", "shows", len(managed), "duration", time.Since(start))
 	return nil
 }
