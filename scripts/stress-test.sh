@@ -12,8 +12,10 @@
 #   -k LOGDIR keep each run's full output there (default: a temp dir,
 #             printed at the end)
 #   --seeds N  instead of `make test`, run the fast simulator scenarios
-#             (the ones `make test` runs: JOBCAP, LIMIT, DEPENDS, TAGS_GPU,
-#             RETRIES) once per seed, seeds 1..N (or a list: 3,8,10-12),
+#             (the nine `make test` runs, Fast in lab/sim/scenarios.go:
+#             JOBCAP, LIMIT, LICENSE_DENIED, LICENSE, LICENSE_NO_HOSTS,
+#             LIMIT_MIXED, DEPENDS, RETRIES, TAGS_GPU) once per seed, seeds
+#             1..N (or a list: 3,8,10-12),
 #             with -race as `make test` builds them, and report per seed.
 #             Run it before landing a change to a scenario or to what it
 #             drives. Every seed must PASS.
@@ -24,7 +26,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 
 runs=${STRESS_RUNS:-3}
 hogs=${STRESS_CPUS:-2}
