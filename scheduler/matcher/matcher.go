@@ -3,7 +3,9 @@
 // the proactive loop (rust-scheduler §4.4).
 //
 // For each job of a cluster pass the matcher reads its dispatchable layers
-// (package jobs) and works them one at a time in dispatch order. For a
+// (package jobs; a pass of the loop reads every job's in one statement,
+// PassLayers, and hands each job its own in its Turn) and works them one
+// at a time in dispatch order. For a
 // layer it takes an in-process layer permit (so two passes of this process
 // never work the same layer), then makes up to host_candidate_attempts_per
 // _layer checkouts from the host cache, each asking for a host carrying one
@@ -290,11 +292,33 @@ type Outcome struct {
 // FramesPerJob. Alone says the job is the only one of its pass (the layer
 // spread cap is lifted for a job with one layer then). The zero Turn waits
 // for nothing.
+//
+// Read says the job's layers were read with the rest of its pass's
+// (PassLayers): Layers are they (none when empty), and the job does not
+// query its own.
 type Turn struct {
 	Wait   <-chan struct{}
 	Done   func()
 	Budget int
 	Alone  bool
+	Read   bool
+	Layers []*jobs.Layer
+}
+
+// PassLayers reads the dispatchable layers of every job of a cluster pass
+// in one statement (jobs.PassLayers, the per-job query's rows for each
+// job): the pass hands each job its layers in its Turn instead of every
+// job querying its own. The layers backed off in the cluster are left
+// out as the per-job query leaves them out.
+func (m *Matcher) PassLayers(ctx context.Context, c *clusters.Cluster, js []jobs.Job) (map[string][]*jobs.Layer, error) {
+	ids := make([]string, len(js))
+	for i, j := range js {
+		ids[i] = j.ID
+	}
+	return jobs.PassLayers(ctx, m.db, jobs.PassLayerQuery{
+		JobIDs: ids, Tags: c.TagNames(), FramesPerLayer: m.cfg.FramesPerLayer, Exclude: m.backoff.Held(c.Key()),
+		Schema: m.cfg.Schema,
+	})
 }
 
 // turn is one Process call's use of its Turn.
@@ -340,13 +364,18 @@ func (m *Matcher) ProcessInTurn(ctx context.Context, c *clusters.Cluster, job jo
 	var out Outcome
 	t := &turn{t: order}
 	defer t.pass()
-	layers, err := jobs.Layers(ctx, m.db, jobs.LayerQuery{
-		JobID: job.ID, Tags: c.TagNames(), FramesPerLayer: m.cfg.FramesPerLayer, Exclude: m.backoff.Held(c.Key()),
-		Schema: m.cfg.Schema,
-	})
-	if err != nil {
-		return out, err
+	layers := order.Layers
+	if !order.Read {
+		var err error
+		layers, err = jobs.Layers(ctx, m.db, jobs.LayerQuery{
+			JobID: job.ID, Tags: c.TagNames(), FramesPerLayer: m.cfg.FramesPerLayer, Exclude: m.backoff.Held(c.Key()),
+			Schema: m.cfg.Schema,
+		})
+		if err != nil {
+			return out, err
+		}
 	}
+	var err error
 	if m.sizer != nil {
 		if layers, err = m.sizer.Size(ctx, layers); err != nil {
 			m.log.Warn("memory sizing failed; layers book their requests this pass", "job", job.Name, "error", err)
