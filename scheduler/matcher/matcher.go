@@ -182,6 +182,13 @@ type Sizer interface {
 	Size(ctx context.Context, layers []*jobs.Layer) ([]*jobs.Layer, error)
 }
 
+// Warmer is optionally implemented by the Sizer (memsize.Sizer.Warm): it
+// reads the histories of a pass's layers (every job's) in one statement
+// before each job sizes its own from them.
+type Warmer interface {
+	Warm(ctx context.Context, layers []*jobs.Layer) error
+}
+
 // Guard says what CPU work must leave free on a host with idle GPUs.
 type Guard interface {
 	Keep(tags []string, idleGPUs int64) (cores, memKB int64)
@@ -309,16 +316,31 @@ type Turn struct {
 // in one statement (jobs.PassLayers, the per-job query's rows for each
 // job): the pass hands each job its layers in its Turn instead of every
 // job querying its own. The layers backed off in the cluster are left
-// out as the per-job query leaves them out.
+// out as the per-job query leaves them out. With a Sizer that is a Warmer
+// the histories of those layers are read in one statement too, so each
+// job's sizing finds them cached.
 func (m *Matcher) PassLayers(ctx context.Context, c *clusters.Cluster, js []jobs.Job) (map[string][]*jobs.Layer, error) {
 	ids := make([]string, len(js))
 	for i, j := range js {
 		ids[i] = j.ID
 	}
-	return jobs.PassLayers(ctx, m.db, jobs.PassLayerQuery{
+	by, err := jobs.PassLayers(ctx, m.db, jobs.PassLayerQuery{
 		JobIDs: ids, Tags: c.TagNames(), FramesPerLayer: m.cfg.FramesPerLayer, Exclude: m.backoff.Held(c.Key()),
 		Schema: m.cfg.Schema,
 	})
+	if err != nil {
+		return nil, err
+	}
+	if w, ok := m.sizer.(Warmer); ok {
+		var all []*jobs.Layer
+		for _, j := range js {
+			all = append(all, by[j.ID]...)
+		}
+		if err := w.Warm(ctx, all); err != nil {
+			m.log.Debug("memory history of the pass not read; each job reads its own", "cluster", c.Key(), "error", err)
+		}
+	}
+	return by, nil
 }
 
 // turn is one Process call's use of its Turn.
