@@ -49,7 +49,10 @@ func envInt(name string, def int) int {
 // scheduler's own Postgres statements, rows returned or affected and
 // shared-buffer accesses per dispatched frame from pg_stat_statements (the
 // scheduler connects as its own role so its statements are told apart from
-// the emulator's and the sidecar's), in the scheduler-alone phase.
+// the emulator's and the sidecar's), in the scheduler-alone phase. Each
+// phase logs the scheduler's CUESCHED_BENCH_STMTS (12) statements with the
+// most calls (calls, rows, blocks, total and mean time, the first
+// CUESCHED_BENCH_STMT_CHARS (80) characters of the text): run with -v.
 //
 // The scheduler-alone phase runs CUESCHED_BENCH_REPEAT (3) times with
 // today's defaults and as often with round 1's configuration (Round1),
