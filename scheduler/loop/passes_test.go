@@ -187,7 +187,7 @@ type countingDB struct {
 }
 
 func (d *countingDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if strings.Contains(sql, "lay AS (") {
+	if strings.Contains(sql, "lay AS") {
 		d.layerQueries.Add(1)
 	}
 	return d.Pool.Query(ctx, sql, args...)
