@@ -423,7 +423,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 	s.Loop = loop.New(s.pool, s.Feed, s.Matcher, loop.Config{
 		ClusterBuffer: q.Stream.ClusterBufferSize, JobBuffer: q.Stream.JobBufferSize, MaxJobsPerPass: q.MaxJobsPerClusterPass,
 		CoreUnit: int(unit), AgeRelief: q.PriorityAgeRelief.D(),
-		Lottery: q.JobOrder != config.JobOrderStrict, LotterySeed: q.LotterySeed, FramesPerJob: q.DispatchFramesPerJobLimit,
+		Lottery: q.JobOrder != config.JobOrderStrict, LotterySeed: q.LotterySeed,
 		EmptySleep: q.ClusterEmptySleep.D(), SaturatedSleep: q.ClusterSaturatedSleep.D(), Schema: &schema,
 		PassTimeout:     q.PassTimeout.D(),
 		ErrorBackoffMin: q.ClusterErrorBackoffMin.D(), ErrorBackoffMax: q.ClusterErrorBackoffMax.D(),

@@ -114,11 +114,6 @@ type Config struct {
 	Lottery bool
 	// LotterySeed seeds the draws; 0 picks a random seed.
 	LotterySeed int64
-	// FramesPerJob is the cap the matcher puts on every job's frames in
-	// one pass under its lottery budget (queue.dispatch_frames_per_job_
-	// limit; 0: none). A budget above it cannot be spent whatever the
-	// farm, so the room judgement counts each budget up to it.
-	FramesPerJob int
 	// Schema adapts the job query to the database (nil: current).
 	Schema *jobs.Schema
 	// PassTimeout bounds one pass (queue.pass_timeout, 2 m): a pass stuck
@@ -524,12 +519,6 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 		}
 		budgets = LotteryBudgets(js, share)
 		for _, b := range budgets {
-			// What the job may spend: the matcher caps the budget at
-			// FramesPerJob (a budget beyond the cap says nothing about
-			// the farm's room).
-			if p.cfg.FramesPerJob > 0 {
-				b = min(b, p.cfg.FramesPerJob)
-			}
 			planned += b
 		}
 	}
