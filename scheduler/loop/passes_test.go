@@ -2,10 +2,8 @@ package loop
 
 import (
 	"context"
-	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -100,83 +98,6 @@ func TestPassesOfAClusterTakeDisjointJobs(t *testing.T) {
 	p.releaseJobs(c, b)
 	if len(p.working) != 0 {
 		t.Fatalf("jobs still held after every pass ended: %v", p.working)
-	}
-}
-
-// budgetWorker books every job its lottery budget up to a per-job cap (a
-// farm with room), recording the budgets it was given.
-type budgetWorker struct {
-	cap     int
-	mu      sync.Mutex
-	budgets map[string]int
-}
-
-func (w *budgetWorker) ProcessInTurn(_ context.Context, _ *clusters.Cluster, j jobs.Job, turn matcher.Turn) (matcher.Outcome, error) {
-	w.mu.Lock()
-	w.budgets[j.Name] = turn.Budget
-	w.mu.Unlock()
-	n := min(turn.Budget, w.cap)
-	return matcher.Outcome{Dispatched: n, Planned: n}, nil
-}
-
-// TestLotteryRoomCountsTheJobCap: a lottery pass whose jobs booked all they
-// could under queue.dispatch_frames_per_job_limit left free hosts behind,
-// although their budgets were larger than the cap: the cluster keeps the
-// roomy share (the next pass's budgets are the same), instead of being
-// judged a tight farm and handed five frames a job (which costs a layer
-// query and a booking batch per five frames; issue #28).
-func TestLotteryRoomCountsTheJobCap(t *testing.T) {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, cuebotdb.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	seed := &farmseed.Seeder{DB: pool}
-	must := func(s string, err error) string {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	fac := must(seed.Facility(ctx, "f1"))
-	show, err := seed.Show(ctx, "show", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	alloc := must(seed.Alloc(ctx, fac, "f1.general", "general"))
-	must(seed.Subscribe(ctx, show, alloc, 1000, 1000))
-	must(seed.Host(ctx, farmseed.HostSpec{Name: "h1", Alloc: alloc, AllocTag: "general", Cores: 8, MemKB: 64 * farmseed.GB}))
-	// Weights 100, 10, 10 over a pass of 3 x 40 frames: budgets 100, 10
-	// and 10; under a cap of 20 the jobs can book 20 + 10 + 10.
-	for _, j := range []struct {
-		name string
-		prio int
-	}{{"big", 100}, {"small1", 10}, {"small2", 10}} {
-		if _, err := seed.Job(ctx, farmseed.JobSpec{Name: j.name, Show: show, Facility: fac, Priority: j.prio, MaxCores: -1,
-			Layers: []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: 200}}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c := clusters.New(fac, show.ID, []clusters.Tag{{Name: "general", Type: clusters.Alloc, AllocID: alloc}})
-	w := &budgetWorker{cap: 20, budgets: map[string]int{}}
-	p := New(pool, nil, w, Config{MaxJobsPerPass: 3, Lottery: true, LotterySeed: 1, FramesPerJob: 20}, Options{})
-	var seen []map[string]int
-	for i := 0; i < 2; i++ {
-		r := p.Pass(ctx, c)
-		if r.Reason != Booked || r.Dispatched != 40 {
-			t.Fatalf("pass %d = %+v, want 40 frames booked (20 + 10 + 10)", i+1, r)
-		}
-		w.mu.Lock()
-		seen = append(seen, maps.Clone(w.budgets))
-		w.mu.Unlock()
-	}
-	want := map[string]int{"big": 100, "small1": 10, "small2": 10}
-	for i, b := range seen {
-		if !maps.Equal(b, want) {
-			t.Fatalf("pass %d budgets %v, want %v (the roomy share of %d frames a job)", i+1, b, want, MaxLotteryFramesPerJob)
-		}
 	}
 }
 
