@@ -607,9 +607,10 @@ func TestPendingMinCoresFirst(t *testing.T) {
 }
 
 // TestPassLayersIsEachJobsLayers: the one statement of a pass gives every
-// job exactly what the job's own layer query gives it: its live cores
-// (procs of that job only) and caps, env, limits, frames; a backed-off
-// layer is left out; a job with no dispatchable layer has no entry.
+// job, once Dispatchable has left out its backed-off layers and applied its
+// cap, exactly what the job's own layer query gives it: its live cores
+// (procs of that job only) and caps, env, limits, frames; a job with no
+// layer on the tags has no entry.
 func TestPassLayersIsEachJobsLayers(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -634,13 +635,17 @@ func TestPassLayersIsEachJobsLayers(t *testing.T) {
 	}
 	must(w.seed.Proc(ctx, farmseed.ProcSpec{Host: w.host, Frame: rich.Layers[0].Frames[0], Cores: 3, MemKB: farmseed.GB}))(t)
 	exclude := []string{rich.Layers[1].ID}
-	by, err := jobs.PassLayers(ctx, w.pool, jobs.PassLayerQuery{JobIDs: []string{capped.ID, rich.ID, gpuOnly.ID},
-		Tags: []string{"general"}, FramesPerLayer: 20, Exclude: exclude})
+	read, err := jobs.PassLayers(ctx, w.pool, jobs.PassLayerQuery{JobIDs: []string{capped.ID, rich.ID, gpuOnly.ID},
+		Tags: []string{"general"}, FramesPerLayer: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := by[gpuOnly.ID]; ok || len(by) != 2 {
-		t.Fatalf("pass layers for jobs %v; want capped and rich only", slices.Collect(maps.Keys(by)))
+	if _, ok := read[gpuOnly.ID]; ok || len(read) != 2 {
+		t.Fatalf("pass layers for jobs %v; want capped and rich only", slices.Collect(maps.Keys(read)))
+	}
+	by := map[string][]*jobs.Layer{}
+	for id, ls := range read {
+		by[id] = jobs.Dispatchable(ls, exclude)
 	}
 	for _, j := range []farmseed.Job{capped, rich} {
 		one, err := jobs.Layers(ctx, w.pool, jobs.LayerQuery{JobID: j.ID, Tags: []string{"general"}, FramesPerLayer: 20, Exclude: exclude})

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -311,12 +312,14 @@ func Layers(ctx context.Context, db DB, q LayerQuery) ([]*Layer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("layers of job %s: %w", q.JobID, err)
 	}
-	return by[q.JobID], nil
+	return Dispatchable(by[q.JobID], nil), nil
 }
 
-// PassLayers is Layers for several jobs in one statement: each job's
-// layers (by job id; a job without dispatchable layers has no entry) are
-// what Layers returns for it.
+// PassLayers reads the layers of several jobs in one statement, by job id
+// (a job without a layer that has waiting frames on the tags has no
+// entry), before the job's cap: Dispatchable(layers, exclude) of a job's
+// entry is what Layers returns for it with Exclude exclude (the layers of
+// q.Exclude are left out by the statement itself).
 func PassLayers(ctx context.Context, db DB, q PassLayerQuery) (map[string][]*Layer, error) {
 	if q.FramesPerLayer <= 0 {
 		q.FramesPerLayer = 20
@@ -395,14 +398,24 @@ func PassLayers(ctx context.Context, db DB, q PassLayerQuery) (map[string][]*Lay
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("layers of %d job(s): %w", len(q.JobIDs), err)
 	}
-	for id, ls := range out {
-		if ls = capToJob(ls); len(ls) == 0 {
-			delete(out, id)
-		} else {
-			out[id] = ls
-		}
-	}
 	return out, nil
+}
+
+// Dispatchable is what a job may dispatch of its layers as PassLayers read
+// them: the layers of exclude left out, then the job's cap applied
+// (capToJob; layers left without frames are omitted). It trims the
+// layers in place.
+func Dispatchable(layers []*Layer, exclude []string) []*Layer {
+	if len(exclude) > 0 {
+		kept := make([]*Layer, 0, len(layers))
+		for _, l := range layers {
+			if !slices.Contains(exclude, l.ID) {
+				kept = append(kept, l)
+			}
+		}
+		layers = kept
+	}
+	return capToJob(layers)
 }
 
 // capToJob applies the job-wide running sum of layer minimums against the

@@ -88,7 +88,7 @@ type Worker interface {
 // handed to each job in its Turn (matcher.Turn.Read), instead of one layer
 // query per job. On an error every job reads its own, as without it.
 type PassReader interface {
-	PassLayers(ctx context.Context, c *clusters.Cluster, js []jobs.Job) (map[string][]*jobs.Layer, error)
+	PassLayers(ctx context.Context, c *clusters.Cluster, js []jobs.Job) (*matcher.PassRead, error)
 }
 
 // Config holds the loop's knobs.
@@ -522,7 +522,7 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 			planned += b
 		}
 	}
-	var read map[string][]*jobs.Layer
+	var read *matcher.PassRead
 	if pr, ok := p.worker.(PassReader); ok {
 		if read, err = pr.PassLayers(ctx, c, js); err != nil {
 			if ctx.Err() != nil {
@@ -536,9 +536,7 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	close(prev)
 	for i, j := range js {
 		turn := matcher.Turn{Alone: len(js) == 1}
-		if read != nil {
-			turn.Read, turn.Layers = true, read[j.ID]
-		}
+		turn.Read = read
 		if p.cfg.Lottery {
 			next := make(chan struct{})
 			turn.Wait, turn.Done, turn.Budget = prev, func() { close(next) }, budgets[i]
