@@ -49,7 +49,10 @@ func envInt(name string, def int) int {
 // scheduler's own Postgres statements, rows returned or affected and
 // shared-buffer accesses per dispatched frame from pg_stat_statements (the
 // scheduler connects as its own role so its statements are told apart from
-// the emulator's and the sidecar's), in the scheduler-alone phase.
+// the emulator's and the sidecar's), in the scheduler-alone phase. Each
+// phase logs the scheduler's CUESCHED_BENCH_STMTS (12) statements with the
+// most calls (calls, rows, blocks, total and mean time, the first
+// CUESCHED_BENCH_STMT_CHARS (80) characters of the text): run with -v.
 //
 // The scheduler-alone phase runs CUESCHED_BENCH_REPEAT (3) times with
 // today's defaults and as often with round 1's configuration (Round1),
@@ -253,14 +256,15 @@ func runBenchPhase(b *testing.B, hosts, frames int, endToEnd bool, mod func(*con
 		b.Fatal(err)
 	}
 	if rows, err := e.pool.Query(ctx, `SELECT calls, rows, shared_blks_hit + shared_blks_read, round(total_exec_time)::bigint,
-		left(regexp_replace(query, '\s+', ' ', 'g'), 80)
+		mean_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), `+strconv.Itoa(envInt("CUESCHED_BENCH_STMT_CHARS", 80))+`)
 		FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
-		WHERE r.rolname = $1 ORDER BY calls DESC LIMIT 12`, role); err == nil {
+		WHERE r.rolname = $1 ORDER BY calls DESC LIMIT `+strconv.Itoa(envInt("CUESCHED_BENCH_STMTS", 12)), role); err == nil {
 		for rows.Next() {
 			var c, n, bl, ms int64
+			var mean float64
 			var q string
-			if rows.Scan(&c, &n, &bl, &ms, &q) == nil {
-				b.Logf("  pg_stat_statements: calls=%d rows=%d blocks=%d time=%dms %s", c, n, bl, ms, q)
+			if rows.Scan(&c, &n, &bl, &ms, &mean, &q) == nil {
+				b.Logf("  pg_stat_statements: calls=%d rows=%d blocks=%d time=%dms mean=%.3fms %s", c, n, bl, ms, mean, q)
 			}
 		}
 		rows.Close()

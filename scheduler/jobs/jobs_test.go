@@ -2,7 +2,9 @@ package jobs_test
 
 import (
 	"context"
+	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -601,5 +603,64 @@ func TestPendingMinCoresFirst(t *testing.T) {
 	}
 	if len(firsts) != 2 || len(lastClassFirst) < 2 {
 		t.Fatalf("the lottery did not draw within the classes: firsts %v, first of the rest %v", firsts, lastClassFirst)
+	}
+}
+
+// TestPassLayersIsEachJobsLayers: the one statement of a pass gives every
+// job, once Dispatchable has left out its backed-off layers and applied its
+// cap, exactly what the job's own layer query gives it: its live cores
+// (procs of that job only) and caps, env, limits, frames; a job with no
+// layer on the tags has no entry.
+func TestPassLayersIsEachJobsLayers(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := context.Background()
+	lim := must(w.seed.Limit(ctx, "licence", 3))(t)
+	capped := w.job(t, farmseed.JobSpec{Name: "capped", MaxCores: 5, Layers: []farmseed.LayerSpec{
+		{Name: "a", Tags: []string{"general"}, Frames: 10, NotThreadable: true},
+		{Name: "b", Tags: []string{"general"}, Frames: 10, NotThreadable: true},
+	}})
+	rich := w.job(t, farmseed.JobSpec{Name: "rich", OS: "rocky9", UID: 7, MaxCores: -1,
+		Env: map[string]string{"A": "job", "B": "job"},
+		Layers: []farmseed.LayerSpec{
+			{Name: "sim", Tags: []string{"general"}, Frames: 30, Cores: 2, Limits: []string{lim},
+				Env: map[string]string{"B": "layer"}, Command: "sim #IFRAME#"},
+			{Name: "held", Tags: []string{"general"}, Frames: 3},
+			{Name: "comp", Tags: []string{"general"}, Range: "1-10", Chunk: 5},
+		}})
+	gpuOnly := w.job(t, farmseed.JobSpec{Name: "gpu-only", Layers: []farmseed.LayerSpec{{Tags: []string{"gpu"}, Frames: 2}}})
+	// Two cores running for capped (3 of its 5 left), three for rich.
+	for i := 0; i < 2; i++ {
+		must(w.seed.Proc(ctx, farmseed.ProcSpec{Host: w.host, Frame: capped.Layers[0].Frames[i], Cores: 1, MemKB: farmseed.GB}))(t)
+	}
+	must(w.seed.Proc(ctx, farmseed.ProcSpec{Host: w.host, Frame: rich.Layers[0].Frames[0], Cores: 3, MemKB: farmseed.GB}))(t)
+	exclude := []string{rich.Layers[1].ID}
+	read, err := jobs.PassLayers(ctx, w.pool, jobs.PassLayerQuery{JobIDs: []string{capped.ID, rich.ID, gpuOnly.ID},
+		Tags: []string{"general"}, FramesPerLayer: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := read[gpuOnly.ID]; ok || len(read) != 2 {
+		t.Fatalf("pass layers for jobs %v; want capped and rich only", slices.Collect(maps.Keys(read)))
+	}
+	by := map[string][]*jobs.Layer{}
+	for id, ls := range read {
+		by[id] = jobs.Dispatchable(ls, exclude)
+	}
+	for _, j := range []farmseed.Job{capped, rich} {
+		one, err := jobs.Layers(ctx, w.pool, jobs.LayerQuery{JobID: j.ID, Tags: []string{"general"}, FramesPerLayer: 20, Exclude: exclude})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(by[j.ID], one) {
+			t.Fatalf("job %s: pass read %v (%d frames), its own query %v (%d frames)", j.Name, names(by[j.ID]), frames(by[j.ID]), names(one), frames(one))
+		}
+	}
+	if ls := by[capped.ID]; len(ls) != 1 || len(ls[0].Frames) != 3 || ls[0].JobCoresLive != 200 {
+		t.Fatalf("capped: layers %v, %d frames; want a's next 3 under the cap (2 of 5 cores live)", names(ls), frames(ls))
+	}
+	if ls := by[rich.ID]; len(ls) != 2 || ls[0].Name != "sim" || ls[1].Name != "comp" || ls[0].JobCoresLive != 300 ||
+		ls[0].Env["B"] != "layer" || len(ls[0].LimitIDs) != 1 {
+		t.Fatalf("rich: layers %v; want sim (its env and limit) and comp, held left out, its own 3 live cores", names(ls))
 	}
 }

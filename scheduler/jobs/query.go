@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -224,59 +225,102 @@ type LayerQuery struct {
 	Schema *Schema
 }
 
+// PassLayerQuery selects the layers and frames of several jobs (one
+// cluster pass's) for one cluster, in one statement.
+type PassLayerQuery struct {
+	JobIDs []string
+	// Tags, FramesPerLayer, Exclude and Schema as in LayerQuery.
+	Tags           []string
+	FramesPerLayer int
+	Exclude        []string
+	Schema         *Schema
+}
+
+// layersSQL reads the dispatchable layers of the jobs $1 with up to $3
+// WAITING frames each; every job's rows are what the query of that job
+// alone returns (the job's live cores are its own sums, grouped per job).
+// What belongs to a layer (limits, env, runtime) or to a job (env, folder
+// caps) is read once per layer or job, not once per frame row.
 const layersSQL = `
 WITH jl AS (
-    SELECT COALESCE(SUM(p.int_cores_reserved), 0) AS cores, COALESCE(SUM(p.int_gpus_reserved), 0) AS gpus
-    FROM proc p WHERE p.pk_job = $1
-), lay AS (
-    SELECT l.pk_layer, l.str_name, l.str_cmd, l.str_range, l.int_chunk_size, l.int_dispatch_order,
+    SELECT p.pk_job, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
+    FROM proc p WHERE p.pk_job = ANY($1::text[])
+    GROUP BY p.pk_job
+), lay AS MATERIALIZED (
+    SELECT l.pk_job, l.pk_layer, l.str_name, l.str_cmd, l.str_range, l.int_chunk_size, l.int_dispatch_order,
            l.int_cores_min, l.int_cores_max, l.int_mem_min, l.int_gpus_min, l.int_gpu_mem_min,
            l.b_threadable, l.str_services, l.str_tags, ls.int_running_count, ls.int_succeeded_count
     FROM layer l JOIN layer_stat ls ON ls.pk_layer = l.pk_layer
-    WHERE l.pk_job = $1 AND ls.int_waiting_count > 0
+    WHERE l.pk_job = ANY($1::text[]) AND ls.int_waiting_count > 0
       AND string_to_array(replace(l.str_tags::text, ' ', ''), '|') && $2::text[]
       AND (l.ts_start_after IS NULL OR l.ts_start_after <= now())
       AND l.pk_layer <> ALL($4::text[])
       ` + NotHeldSQL + `
+), ly AS MATERIALIZED (
+    SELECT lay.*,
+           (SELECT array_agg(ll.pk_limit_record ORDER BY ll.pk_limit_record) FROM layer_limit ll WHERE ll.pk_layer = lay.pk_layer) AS limit_ids,
+           ` + SeatIDsSQL + ` AS seat_ids,
+           ` + SeatMaxSQL + ` AS seat_max,
+           (SELECT json_object_agg(e.str_key, e.str_value) FROM layer_env e WHERE e.pk_layer = lay.pk_layer AND e.str_key IS NOT NULL) AS layer_env,
+           COALESCE((SELECT lu.int_clock_time_high FROM layer_usage lu WHERE lu.pk_layer = lay.pk_layer LIMIT 1), 0) AS high
+    FROM lay
+), jb AS MATERIALIZED (
+    SELECT j.pk_job, j.str_name, j.pk_show, sh.str_name AS show_name, j.pk_facility, j.pk_folder, j.pk_dept, j.str_shot, j.str_user,
+           j.str_log_dir, COALESCE(j.str_loki_url, '') AS loki, j.int_uid, COALESCE(j.str_os, '') AS os,
+           jr.int_priority, jr.int_max_cores, jr.int_max_gpus,
+           COALESCE(jl.cores, 0) AS cores, COALESCE(jl.gpus, 0) AS gpus,
+           COALESCE((SELECT fr.int_max_cores FROM folder_resource fr WHERE fr.pk_folder = j.pk_folder LIMIT 1), -1) AS folder_max_cores,
+           COALESCE((SELECT fr.int_max_gpus FROM folder_resource fr WHERE fr.pk_folder = j.pk_folder LIMIT 1), -1) AS folder_max_gpus,
+           (SELECT json_object_agg(e.str_key, e.str_value) FROM job_env e WHERE e.pk_job = j.pk_job AND e.str_key IS NOT NULL) AS job_env
+    FROM job j
+    JOIN show sh         ON sh.pk_show = j.pk_show
+    JOIN job_resource jr ON jr.pk_job = j.pk_job
+    LEFT JOIN jl         ON jl.pk_job = j.pk_job
+    WHERE j.pk_job IN (SELECT DISTINCT pk_job FROM lay)
 )
-SELECT lay.pk_layer, lay.str_name, lay.str_cmd, lay.str_range, lay.int_chunk_size, lay.int_dispatch_order,
-       lay.int_cores_min, lay.int_cores_max, lay.int_mem_min, lay.int_gpus_min, lay.int_gpu_mem_min,
-       lay.b_threadable, lay.str_services, lay.str_tags,
-       j.str_name, j.pk_show, sh.str_name, j.pk_facility, j.pk_folder, j.pk_dept, j.str_shot, j.str_user,
-       j.str_log_dir, COALESCE(j.str_loki_url, ''), j.int_uid, COALESCE(j.str_os, ''),
-       jr.int_priority, jr.int_max_cores, jr.int_max_gpus, jl.cores, jl.gpus,
-       COALESCE((SELECT fr.int_max_cores FROM folder_resource fr WHERE fr.pk_folder = j.pk_folder LIMIT 1), -1),
-       COALESCE((SELECT fr.int_max_gpus FROM folder_resource fr WHERE fr.pk_folder = j.pk_folder LIMIT 1), -1),
-       (SELECT array_agg(ll.pk_limit_record ORDER BY ll.pk_limit_record) FROM layer_limit ll WHERE ll.pk_layer = lay.pk_layer),
-       ` + SeatIDsSQL + `,
-       ` + SeatMaxSQL + `,
-       (SELECT json_object_agg(e.str_key, e.str_value) FROM job_env e WHERE e.pk_job = $1 AND e.str_key IS NOT NULL),
-       (SELECT json_object_agg(e.str_key, e.str_value) FROM layer_env e WHERE e.pk_layer = lay.pk_layer AND e.str_key IS NOT NULL),
-       COALESCE((SELECT lu.int_clock_time_high FROM layer_usage lu WHERE lu.pk_layer = lay.pk_layer LIMIT 1), 0),
-       lay.int_running_count, lay.int_succeeded_count,
+SELECT ly.pk_job, ly.pk_layer, ly.str_name, ly.str_cmd, ly.str_range, ly.int_chunk_size, ly.int_dispatch_order,
+       ly.int_cores_min, ly.int_cores_max, ly.int_mem_min, ly.int_gpus_min, ly.int_gpu_mem_min,
+       ly.b_threadable, ly.str_services, ly.str_tags,
+       jb.str_name, jb.pk_show, jb.show_name, jb.pk_facility, jb.pk_folder, jb.pk_dept, jb.str_shot, jb.str_user,
+       jb.str_log_dir, jb.loki, jb.int_uid, jb.os,
+       jb.int_priority, jb.int_max_cores, jb.int_max_gpus, jb.cores, jb.gpus,
+       jb.folder_max_cores, jb.folder_max_gpus,
+       ly.limit_ids, ly.seat_ids, ly.seat_max, jb.job_env, ly.layer_env, ly.high,
+       ly.int_running_count, ly.int_succeeded_count,
        f.pk_frame, f.str_name, f.int_number, f.ver, f.eligible, f.int_exit_status, f.int_mem_max_used, f.int_mem_reserved, f.ts_stopped
-FROM lay
-JOIN job j          ON j.pk_job = $1
-JOIN show sh        ON sh.pk_show = j.pk_show
-JOIN job_resource jr ON jr.pk_job = $1
-CROSS JOIN jl
+FROM ly
+JOIN jb ON jb.pk_job = ly.pk_job
 CROSS JOIN LATERAL (
     SELECT fr.pk_frame, fr.str_name, fr.int_number, COALESCE(fr.int_version, 0) AS ver,
            COALESCE(fr.ts_eligible, fr.ts_updated, now()) AS eligible,
            fr.int_dispatch_order, fr.int_layer_order,
            fr.int_exit_status, fr.int_mem_max_used, fr.int_mem_reserved, fr.ts_stopped
     FROM frame fr
-    WHERE fr.pk_job = $1 AND fr.pk_layer = lay.pk_layer AND fr.str_state = 'WAITING'
+    WHERE fr.pk_job = ly.pk_job AND fr.pk_layer = ly.pk_layer AND fr.str_state = 'WAITING'
     ORDER BY fr.int_dispatch_order, fr.int_layer_order
     LIMIT $3
 ) f
-ORDER BY lay.int_dispatch_order, lay.pk_layer, f.int_dispatch_order, f.int_layer_order`
+ORDER BY ly.pk_job, ly.int_dispatch_order, ly.pk_layer, f.int_dispatch_order, f.int_layer_order`
 
 // Layers returns the job's dispatchable layers in dispatch order, each with
 // up to FramesPerLayer WAITING frames in frame order. Frames beyond what the
 // job's core/GPU cap leaves (job-wide running sum of the layers' minimums
 // over live proc sums) are dropped; layers left without frames are omitted.
 func Layers(ctx context.Context, db DB, q LayerQuery) ([]*Layer, error) {
+	by, err := PassLayers(ctx, db, PassLayerQuery{JobIDs: []string{q.JobID}, Tags: q.Tags,
+		FramesPerLayer: q.FramesPerLayer, Exclude: q.Exclude, Schema: q.Schema})
+	if err != nil {
+		return nil, fmt.Errorf("layers of job %s: %w", q.JobID, err)
+	}
+	return Dispatchable(by[q.JobID], nil), nil
+}
+
+// PassLayers reads the layers of several jobs in one statement, by job id
+// (a job without a layer that has waiting frames on the tags has no
+// entry), before the job's cap: Dispatchable(layers, exclude) of a job's
+// entry is what Layers returns for it with Exclude exclude (the layers of
+// q.Exclude are left out by the statement itself).
+func PassLayers(ctx context.Context, db DB, q PassLayerQuery) (map[string][]*Layer, error) {
 	if q.FramesPerLayer <= 0 {
 		q.FramesPerLayer = 20
 	}
@@ -284,12 +328,15 @@ func Layers(ctx context.Context, db DB, q LayerQuery) ([]*Layer, error) {
 	if exclude == nil {
 		exclude = []string{}
 	}
-	rows, err := db.Query(ctx, q.Schema.adapt(layersSQL), q.JobID, normTags(q.Tags), q.FramesPerLayer, exclude)
+	out := make(map[string][]*Layer, len(q.JobIDs))
+	if len(q.JobIDs) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, q.Schema.adapt(layersSQL), q.JobIDs, normTags(q.Tags), q.FramesPerLayer, exclude)
 	if err != nil {
-		return nil, fmt.Errorf("layers of job %s: %w", q.JobID, err)
+		return nil, fmt.Errorf("layers of %d job(s): %w", len(q.JobIDs), err)
 	}
 	defer rows.Close()
-	var out []*Layer
 	var cur *Layer
 	for rows.Next() {
 		var (
@@ -307,7 +354,7 @@ func Layers(ctx context.Context, db DB, q LayerQuery) ([]*Layer, error) {
 			high     int64
 			stopped  *time.Time
 		)
-		if err := rows.Scan(&l.ID, &l.Name, &l.Command, &l.Range, &chunk, &l.DispatchOrder,
+		if err := rows.Scan(&l.JobID, &l.ID, &l.Name, &l.Command, &l.Range, &chunk, &l.DispatchOrder,
 			&l.CoresMin, &l.CoresMax, &l.MemMinKB, &l.GPUsMin, &l.GPUMemMinKB,
 			&l.Threadable, &services, &tags,
 			&l.JobName, &l.ShowID, &l.ShowName, &l.FacilityID, &l.FolderID, &l.DeptID, &l.Shot, &l.User,
@@ -316,13 +363,12 @@ func Layers(ctx context.Context, db DB, q LayerQuery) ([]*Layer, error) {
 			&l.FolderMaxCores, &l.FolderMaxGPUs,
 			&limits, &seatIDs, &seatMax, &jobEnv, &layerEnv, &high, &l.Running, &l.Succeeded,
 			&f.ID, &f.Name, &f.Number, &f.Version, &f.Eligible, &f.ExitStatus, &f.MaxRSSKB, &f.ReservedKB, &stopped); err != nil {
-			return nil, fmt.Errorf("layers of job %s: %w", q.JobID, err)
+			return nil, fmt.Errorf("layers of %d job(s): %w", len(q.JobIDs), err)
 		}
 		if stopped != nil {
 			f.Stopped = *stopped
 		}
 		if cur == nil || cur.ID != l.ID {
-			l.JobID = q.JobID
 			l.ChunkSize = int(max(chunk, 1))
 			l.Services = splitList(services, ",")
 			l.Tags = splitList(tags, "|")
@@ -345,14 +391,31 @@ func Layers(ctx context.Context, db DB, q LayerQuery) ([]*Layer, error) {
 				l.Env[k] = v
 			}
 			cur = &l
-			out = append(out, cur)
+			out[l.JobID] = append(out[l.JobID], cur)
 		}
 		cur.Frames = append(cur.Frames, f)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("layers of job %s: %w", q.JobID, err)
+		return nil, fmt.Errorf("layers of %d job(s): %w", len(q.JobIDs), err)
 	}
-	return capToJob(out), nil
+	return out, nil
+}
+
+// Dispatchable is what a job may dispatch of its layers as PassLayers read
+// them: the layers of exclude left out, then the job's cap applied
+// (capToJob; layers left without frames are omitted). It trims the
+// layers in place.
+func Dispatchable(layers []*Layer, exclude []string) []*Layer {
+	if len(exclude) > 0 {
+		kept := make([]*Layer, 0, len(layers))
+		for _, l := range layers {
+			if !slices.Contains(exclude, l.ID) {
+				kept = append(kept, l)
+			}
+		}
+		layers = kept
+	}
+	return capToJob(layers)
 }
 
 // capToJob applies the job-wide running sum of layer minimums against the

@@ -83,6 +83,14 @@ type Worker interface {
 	ProcessInTurn(ctx context.Context, c *clusters.Cluster, job jobs.Job, turn matcher.Turn) (matcher.Outcome, error)
 }
 
+// PassReader is optionally implemented by the Worker (matcher.Matcher): it
+// reads the dispatchable layers of every job of a pass in one statement,
+// handed to each job in its Turn (matcher.Turn.Read), instead of one layer
+// query per job. On an error every job reads its own, as without it.
+type PassReader interface {
+	PassLayers(ctx context.Context, c *clusters.Cluster, js []jobs.Job) (*matcher.PassRead, error)
+}
+
 // Config holds the loop's knobs.
 type Config struct {
 	ClusterBuffer  int // clusters processed concurrently (3)
@@ -515,10 +523,21 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 			planned += b
 		}
 	}
+	var read *matcher.PassRead
+	if pr, ok := p.worker.(PassReader); ok {
+		if read, err = pr.PassLayers(ctx, c, js); err != nil {
+			if ctx.Err() != nil {
+				return PassResult{Reason: Cancelled}
+			}
+			p.log.Debug("layer query of the pass failed; each job reads its own", "cluster", c.Key(), "error", err)
+			read = nil
+		}
+	}
 	prev := make(chan struct{})
 	close(prev)
 	for i, j := range js {
 		turn := matcher.Turn{Alone: len(js) == 1}
+		turn.Read = read
 		if p.cfg.Lottery {
 			next := make(chan struct{})
 			turn.Wait, turn.Done, turn.Budget = prev, func() { close(next) }, budgets[i]

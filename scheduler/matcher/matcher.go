@@ -3,7 +3,9 @@
 // the proactive loop (rust-scheduler §4.4).
 //
 // For each job of a cluster pass the matcher reads its dispatchable layers
-// (package jobs) and works them one at a time in dispatch order. For a
+// (package jobs; a pass of the loop reads every job's in one statement,
+// PassLayers, and hands each job its own in its Turn) and works them one
+// at a time in dispatch order. For a
 // layer it takes an in-process layer permit (so two passes of this process
 // never work the same layer), then makes up to host_candidate_attempts_per
 // _layer checkouts from the host cache, each asking for a host carrying one
@@ -46,6 +48,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -180,6 +183,13 @@ type Sizer interface {
 	Size(ctx context.Context, layers []*jobs.Layer) ([]*jobs.Layer, error)
 }
 
+// Warmer is optionally implemented by the Sizer (memsize.Sizer.Warm): it
+// reads the histories of a pass's layers (every job's) in one statement
+// before each job sizes its own from them.
+type Warmer interface {
+	Warm(ctx context.Context, layers []*jobs.Layer) error
+}
+
 // Guard says what CPU work must leave free on a host with idle GPUs.
 type Guard interface {
 	Keep(tags []string, idleGPUs int64) (cores, memKB int64)
@@ -205,6 +215,12 @@ type Matcher struct {
 
 	qmu        sync.Mutex
 	quarantine map[string]time.Time // host id -> until
+
+	// seq numbers this process's batches; booked is each job's last
+	// (PassRead staleness).
+	seq    atomic.Uint64
+	bmu    sync.Mutex
+	booked map[string]bookedAt
 }
 
 // New returns a Matcher.
@@ -234,7 +250,7 @@ func New(db jobs.DB, hosts Hosts, disp Dispatcher, cfg Config, o Options) *Match
 	}
 	return &Matcher{db: db, hosts: hosts, disp: disp, cfg: cfg, permits: p, backoff: o.Backoff, guard: o.Guard, resv: o.Reservations, sizer: o.Sizer, fence: o.Fence, seats: o.Seats,
 		sem: make(chan struct{}, cfg.MaxConcurrentLayers), log: log.Named("matcher"), m: newMetrics(o.Registerer),
-		quarantine: map[string]time.Time{}}
+		quarantine: map[string]time.Time{}, booked: map[string]bookedAt{}}
 }
 
 // Held counts a layer newly held by the fail-fast backoff
@@ -290,11 +306,91 @@ type Outcome struct {
 // FramesPerJob. Alone says the job is the only one of its pass (the layer
 // spread cap is lifted for a job with one layer then). The zero Turn waits
 // for nothing.
+//
+// Read, when set, is the layer read of the job's pass (PassLayers): the
+// job takes its layers from it instead of querying its own, unless this
+// process booked the job since the read (then it queries its own, as the
+// read may predate that booking).
 type Turn struct {
 	Wait   <-chan struct{}
 	Done   func()
 	Budget int
 	Alone  bool
+	Read   *PassRead
+}
+
+// PassRead is PassLayers' read of a pass: every job's layers as
+// jobs.PassLayers returns them, and the booking sequence number when it was
+// taken.
+type PassRead struct {
+	Layers map[string][]*jobs.Layer
+	seq    uint64
+}
+
+// stalePassRead bounds how long the matcher remembers which jobs it booked
+// (far beyond any pass: queue.pass_timeout, 2 m by default).
+const stalePassRead = 10 * time.Minute
+
+// PassLayers reads the layers of every job of a cluster pass in one
+// statement (jobs.PassLayers): the pass hands each job the read in its
+// Turn instead of every job querying its own. At the job's turn its
+// backed-off layers are left out and its cap applied (jobs.Dispatchable),
+// so the job gets what its own query would have returned then, unless this
+// process booked the job since the read: that job queries its own. With a
+// Sizer that is a Warmer the histories of the layers read are read in one
+// statement too, so each job's sizing finds them cached.
+func (m *Matcher) PassLayers(ctx context.Context, c *clusters.Cluster, js []jobs.Job) (*PassRead, error) {
+	ids := make([]string, len(js))
+	for i, j := range js {
+		ids[i] = j.ID
+	}
+	read := &PassRead{seq: m.seq.Load()}
+	by, err := jobs.PassLayers(ctx, m.db, jobs.PassLayerQuery{
+		JobIDs: ids, Tags: c.TagNames(), FramesPerLayer: m.cfg.FramesPerLayer, Schema: m.cfg.Schema,
+	})
+	if err != nil {
+		return nil, err
+	}
+	read.Layers = by
+	if w, ok := m.sizer.(Warmer); ok {
+		var all []*jobs.Layer
+		for _, j := range js {
+			all = append(all, by[j.ID]...)
+		}
+		if err := w.Warm(ctx, all); err != nil {
+			m.log.Debug("memory history of the pass not read; each job reads its own", "cluster", c.Key(), "error", err)
+		}
+	}
+	return read, nil
+}
+
+// bookedJob records that a batch of this process changed frames of job
+// (started, lost or put back), after it did.
+func (m *Matcher) bookedJob(job string) {
+	now := time.Now()
+	m.bmu.Lock()
+	defer m.bmu.Unlock()
+	m.booked[job] = bookedAt{seq: m.seq.Add(1), at: now}
+	if len(m.booked) > 4096 {
+		for id, b := range m.booked {
+			if now.Sub(b.at) > stalePassRead {
+				delete(m.booked, id)
+			}
+		}
+	}
+}
+
+// bookedSince reports whether this process booked job after the read r.
+func (m *Matcher) bookedSince(job string, r *PassRead) bool {
+	m.bmu.Lock()
+	defer m.bmu.Unlock()
+	b, ok := m.booked[job]
+	return ok && b.seq > r.seq
+}
+
+type bookedAt struct {
+	seq uint64
+	at  time.Time
 }
 
 // turn is one Process call's use of its Turn.
@@ -340,13 +436,20 @@ func (m *Matcher) ProcessInTurn(ctx context.Context, c *clusters.Cluster, job jo
 	var out Outcome
 	t := &turn{t: order}
 	defer t.pass()
-	layers, err := jobs.Layers(ctx, m.db, jobs.LayerQuery{
-		JobID: job.ID, Tags: c.TagNames(), FramesPerLayer: m.cfg.FramesPerLayer, Exclude: m.backoff.Held(c.Key()),
-		Schema: m.cfg.Schema,
-	})
-	if err != nil {
-		return out, err
+	var layers []*jobs.Layer
+	if order.Read != nil && !m.bookedSince(job.ID, order.Read) {
+		layers = jobs.Dispatchable(order.Read.Layers[job.ID], m.backoff.Held(c.Key()))
+	} else {
+		var err error
+		layers, err = jobs.Layers(ctx, m.db, jobs.LayerQuery{
+			JobID: job.ID, Tags: c.TagNames(), FramesPerLayer: m.cfg.FramesPerLayer, Exclude: m.backoff.Held(c.Key()),
+			Schema: m.cfg.Schema,
+		})
+		if err != nil {
+			return out, err
+		}
 	}
+	var err error
 	if m.sizer != nil {
 		if layers, err = m.sizer.Size(ctx, layers); err != nil {
 			m.log.Warn("memory sizing failed; layers book their requests this pass", "job", job.Name, "error", err)
@@ -541,6 +644,9 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 			}
 		}
 		res := m.disp.Dispatch(ctx, l, remaining, host)
+		if len(res.Dispatched)+len(res.Claimed)+len(res.LaunchFailed) > 0 {
+			m.bookedJob(l.JobID)
+		}
 		res.Host.KeepCores, res.Host.KeepMemKB = 0, 0
 		if o, ok := m.hosts.(BookingObserver); ok && len(res.Dispatched) > 0 {
 			o.Booked(res.Host, l.ID, len(res.Dispatched), res.CoresBooked)

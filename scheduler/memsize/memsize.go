@@ -256,6 +256,20 @@ func (s *Sizer) histories(ctx context.Context, layers []*jobs.Layer) (map[string
 	return out, nil
 }
 
+// Warm reads the histories of the layers that are not cached in one
+// statement and caches them, so that Size finds them: a pass reads the
+// histories of every job's layers at once instead of one read per job
+// (matcher.PassLayers). It reads nothing without a cache (history_ttl 0:
+// Size reads every time anyway). An error is returned for logging only;
+// Size reads again and handles it.
+func (s *Sizer) Warm(ctx context.Context, layers []*jobs.Layer) error {
+	if s == nil || !s.h.Enabled() || s.ttl <= 0 || len(layers) == 0 {
+		return nil
+	}
+	_, err := s.histories(ctx, layers)
+	return err
+}
+
 func contains(xs []string, x string) bool {
 	for _, y := range xs {
 		if y == x {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -571,5 +572,59 @@ func TestKilledLayerHoldSurvivesTheCache(t *testing.T) {
 	}
 	if len(retries(ls)) != 0 || n == 0 || n > 3 { // at most probe_frames, less what runs
 		t.Fatalf("retry running: want the layer held to probe_frames, got %d frames, retries %v", n, retries(ls))
+	}
+}
+
+// countingDB counts the statements a sizer sends.
+type countingDB struct {
+	DB
+	n atomic.Int32
+}
+
+func (d *countingDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	d.n.Add(1)
+	return d.DB.Query(ctx, sql, args...)
+}
+
+// Warm reads the pass's histories in one statement and Size finds them
+// cached: sizing each job after it sends nothing more, and sizes as a
+// Size without Warm would. Without a cache (history_ttl 0) Warm reads
+// nothing (Size reads every time anyway).
+func TestWarmReadsThePassOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t, farmseed.LayerSpec{Name: "big", Frames: 20, MemKB: 32 * gb, NotThreadable: true},
+		farmseed.LayerSpec{Name: "new", Frames: 5, MemKB: 4 * gb, NotThreadable: true})
+	f.succeed(t, 5*gb, 6*gb, 6*gb, 5*gb, 4*gb, 6*gb, 5*gb, 6*gb)
+	db := &countingDB{DB: f.pool}
+	s := New(db, policy(), Options{TTL: time.Minute})
+	layers := f.layers(t)
+	if err := s.Warm(f.ctx, layers); err != nil {
+		t.Fatal(err)
+	}
+	if n := db.n.Load(); n != 1 {
+		t.Fatalf("Warm sent %d statements, want 1", n)
+	}
+	for _, l := range layers { // each job sizes its own
+		if _, err := s.Size(f.ctx, []*jobs.Layer{l}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := db.n.Load(); n != 1 {
+		t.Fatalf("%d statements after sizing the warmed layers, want still 1", n)
+	}
+	cold := New(f.pool, policy(), Options{TTL: time.Minute})
+	want, err := cold.Size(f.ctx, f.layers(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := sizing.Policy{History: policy()}
+	for i, l := range want {
+		if got := p.MemKB(layers[i].Shape); got != p.MemKB(l.Shape) {
+			t.Fatalf("layer %s: warmed size %d KB, unwarmed %d KB", l.Name, got, p.MemKB(l.Shape))
+		}
+	}
+	uncached := &countingDB{DB: f.pool}
+	if err := New(uncached, policy(), Options{}).Warm(f.ctx, f.layers(t)); err != nil || uncached.n.Load() != 0 {
+		t.Fatalf("Warm without a cache: %d statements, %v; want none", uncached.n.Load(), err)
 	}
 }
