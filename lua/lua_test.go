@@ -574,6 +574,29 @@ func TestReconcileRefusesStaleSnapshot(t *testing.T) {
 	e.expectAll("0/0")
 }
 
+// TestReconcileRefusesARolledBackSeq: acct:seq below the mark read before
+// the snapshot means Redis lost writes since (an older snapshot came
+// back). Adopting the snapshot's procs would raise acct:seq over the loss
+// and hide it from the schedulers' watch: refused, nothing changed.
+func TestReconcileRefusesARolledBackSeq(t *testing.T) {
+	e := newEnv(t)
+	e.seed()
+	e.book("check", "a", 1, 100, 0)
+	e.book("check", "b", 1, 100, 0)
+	seq0 := e.seq()
+	if err := e.rdb.Set(e.ctx, "acct:seq", seq0-1, 0).Err(); err != nil { // b's write lost
+		t.Fatal(err)
+	}
+	got := e.reconcile(seq0, nowMS(), 0, 60000, []entry{defEntry("cuebot", 3)}, "a")
+	if reply(got) != fmt.Sprintf("-2 %d", seq0-1) {
+		t.Fatalf("reconcile after acct:seq went back = %q, want -2 %d", reply(got), seq0-1)
+	}
+	if e.seq() != seq0-1 || e.rdb.Exists(e.ctx, "acct:proc:cuebot").Val() != 0 {
+		t.Errorf("the refused reconcile changed Redis: acct:seq %d", e.seq())
+	}
+	e.expectAll("2/0")
+}
+
 func TestReconcileRejectsBadEntries(t *testing.T) {
 	e := newEnv(t)
 	_, err := e.eval(lua.Reconcile(), reconcileKeys, show, 0, nowMS(), 0, 60000, "-", 2,
@@ -690,7 +713,7 @@ func TestRepairSessionStaysExactUnderMutations(t *testing.T) {
 	e.release("rollback", "", "new1")
 	e.book("force", "new2", 1, 100, 0)
 	e.reconcile(e.seq(), nowMS(), 0, 60000, append(movedE, defEntry("adopted", 3)))
-	e.reconcile(1<<40, nowMS()+1000, 0, 1<<40, nil, dropped...)
+	e.reconcile(e.seq(), nowMS()+1000, 0, 1<<40, nil, dropped...) // the dropped were booked well before the mark
 	for cursor != "0" {
 		cursor = e.repair("scan", "g", cursor, 20)[1].(string)
 	}

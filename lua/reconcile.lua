@@ -34,6 +34,11 @@
 --    drift_sub, drift_folder, drift_job, drift_layer, drift_point,
 --    dropped_orphaned (of dropped: by the live-backend rule, before the grace)}
 --   {-1, age_ms}  the snapshot is too old; nothing changed
+--   {-2, seq}     acct:seq is below seq0: Redis went back in time since the
+--                 mark (restarted from an older snapshot, a failover to a
+--                 replica that missed writes); nothing changed. Adopting
+--                 procs now would raise acct:seq back over the writes it
+--                 lost and hide the rollback from every scheduler's watch.
 
 local show = ARGV[1]
 local seq0, t0, grace, maxage, n = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[7])
@@ -66,6 +71,8 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now - t0 > maxage then return {-1, now - t0} end
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if cur < seq0 then return {-2, cur} end
 
 local drift = {0, 0, 0, 0, 0}
 local adopted, retargeted, dropped, skipped, kept, orphaned = 0, 0, 0, 0, 0, 0

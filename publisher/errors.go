@@ -19,6 +19,11 @@ var ErrEpochSuperseded = errors.New("bootstrap epoch superseded")
 // proc that is gone.
 var ErrAlreadyReleased = errors.New("proc already released")
 
+// ErrSeqRolledBack is returned by Reconcile when acct:seq is below the
+// mark read before its snapshot: Redis lost acknowledged writes since
+// (rolled back). Nothing was changed; the caller treats Redis as rolled back.
+var ErrSeqRolledBack = errors.New("acct:seq went back below the mark: Redis rolled back")
+
 // ErrSnapshotTooOld is returned by Reconcile when the snapshot was taken
 // longer ago than the request's MaxAge; nothing was changed.
 var ErrSnapshotTooOld = errors.New("snapshot too old")

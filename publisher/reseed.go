@@ -17,14 +17,18 @@ import (
 type Mark struct {
 	Seq    int64
 	TimeMS int64
+	// Epoch is acct:epoch at the same instant ("" while not bootstrapped):
+	// with Seq, a State the lineage check can judge.
+	Epoch string
 }
 
-// Mark reads acct:seq and TIME in one MULTI/EXEC.
+// Mark reads acct:seq, acct:epoch and TIME in one MULTI/EXEC.
 func (p *Publisher) Mark(ctx context.Context) (Mark, error) {
-	var seq *redis.StringCmd
+	var seq, epoch *redis.StringCmd
 	var tm *redis.TimeCmd
 	_, err := p.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		seq = pipe.Get(ctx, SeqKey)
+		epoch = pipe.Get(ctx, EpochKey)
 		tm = pipe.Time(ctx)
 		return nil
 	})
@@ -36,6 +40,11 @@ func (p *Publisher) Mark(ctx context.Context) (Mark, error) {
 		m.Seq = v
 	} else if !errors.Is(err, redis.Nil) {
 		return Mark{}, fmt.Errorf("accounting mark: acct:seq: %w", err)
+	}
+	if v, err := epoch.Result(); err == nil {
+		m.Epoch = v
+	} else if !errors.Is(err, redis.Nil) {
+		return Mark{}, fmt.Errorf("accounting mark: acct:epoch: %w", err)
 	}
 	t, err := tm.Result()
 	if err != nil {
@@ -170,6 +179,10 @@ func (p *Publisher) Reconcile(ctx context.Context, r ReconcileRequest) (Reconcil
 	if len(v) >= 2 && v[0] == -1 {
 		return ReconcileStats{}, fmt.Errorf("accounting reconcile show %s: snapshot is %v old (max %v): %w",
 			r.ShowID, time.Duration(v[1])*time.Millisecond, maxAge, ErrSnapshotTooOld)
+	}
+	if len(v) >= 2 && v[0] == -2 {
+		return ReconcileStats{}, fmt.Errorf("accounting reconcile show %s: acct:seq is %d, below %d read before the snapshot: %w",
+			r.ShowID, v[1], r.Mark.Seq, ErrSeqRolledBack)
 	}
 	if len(v) != 12 || v[0] != 1 {
 		return ReconcileStats{}, fmt.Errorf("accounting reconcile show %s: unexpected reply %v", r.ShowID, v)

@@ -123,6 +123,16 @@
 // booking resumes (TestFlushAllMidLoad). Bookings in flight across the
 // flush are adopted by the bootstrap or by the follow-up reconcile.
 //
+// A Redis that comes back with less than it acknowledged (an older
+// snapshot, a failover to a replica that missed writes) keeps its markers
+// and epoch. Every instance notices from acct:seq, which only grows within
+// an epoch, or from an epoch older than the one it booked under (gate.go).
+// A reconcile must not run over such a rollback: adopting the lost
+// bookings' procs would raise acct:seq back to what was acknowledged and
+// hide the loss from every watch. So a recompute's or seed's mark is judged
+// like a poll, and the reconcile script refuses when acct:seq has gone
+// below that mark since (TestRecomputeAfterARollbackDoesNotHideIt).
+//
 // # Leader election
 //
 // Every instance books (the scripts are atomic, so N bookers are safe); only

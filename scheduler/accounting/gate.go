@@ -147,6 +147,29 @@ func (s *Service) checkLineage(st publisher.State, hw, term int64) (why, kind st
 	return "", ""
 }
 
+// mark reads a recompute's or seed's mark (publisher.Mark) and judges it as
+// the epoch watch judges a poll: a reconcile adopts the procs a rolled-back
+// Redis lost and raises acct:seq by as many, so a rollback it ran over
+// would look whole to every watch after it. A mark under the known epoch
+// with acct:seq below what this instance saw acknowledged, or under an
+// older epoch, is a rollback: every show is closed and the recompute
+// stops. (A rollback after the mark is refused by the reconcile script
+// itself: publisher.ErrSeqRolledBack.)
+func (s *Service) mark(ctx context.Context) (publisher.Mark, error) {
+	hw, term := s.pub.SeqMark()
+	m, err := s.pub.Mark(ctx)
+	if err != nil || m.Epoch == "" {
+		// No epoch: a bootstrap is seeding; nothing to judge against.
+		return m, err
+	}
+	st := publisher.State{Epoch: m.Epoch, Seq: m.Seq}
+	if why, kind := s.checkLineage(st, hw, term); why != "" {
+		s.rolledBack(ctx, st, kind, why)
+		return publisher.Mark{}, fmt.Errorf("accounting: %s: %w", why, publisher.ErrSeqRolledBack)
+	}
+	return m, nil
+}
+
 // adoptEpoch records the epoch this instance's own bootstrap wrote. When
 // the epoch watch adopted it already (it polled between SetEpoch and here),
 // nothing is reset: the high-water mark has followed every acknowledged

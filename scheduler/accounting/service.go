@@ -420,7 +420,7 @@ func (s *Service) seedShowsInner(ctx context.Context, shows []string, epoch stri
 		return nil
 	}
 	for attempt := 0; ; attempt++ {
-		mark, err := s.pub.Mark(ctx)
+		mark, err := s.mark(ctx)
 		if err != nil {
 			return err
 		}
@@ -497,6 +497,12 @@ func (s *Service) reconcileShows(ctx context.Context, sn *snapshot, mark publish
 				return err
 			}
 			st, err := s.pub.Reconcile(ctx, req)
+			if errors.Is(err, publisher.ErrSeqRolledBack) {
+				// Nothing changed: judge Redis now as the epoch watch
+				// would (a re-bootstrap since the mark also lowers
+				// acct:seq, and is adopted, not invalidated).
+				s.checkEpoch(ctx)
+			}
 			if err != nil {
 				return err
 			}
@@ -607,7 +613,7 @@ func (s *Service) recomputeInner(ctx context.Context, only []string, fence func(
 		return errSkipped
 	}
 	for attempt := 0; ; attempt++ {
-		mark, err := s.pub.Mark(ctx)
+		mark, err := s.mark(ctx)
 		if err != nil {
 			return err
 		}
