@@ -60,6 +60,10 @@ func (s *Service) WaitReady(ctx context.Context) error {
 func (s *Service) setGate(ready bool, reason string) {
 	s.gateMu.Lock()
 	defer s.gateMu.Unlock()
+	s.setGateLocked(ready, reason)
+}
+
+func (s *Service) setGateLocked(ready bool, reason string) {
 	if ready == s.ready && reason == s.reason {
 		return
 	}
@@ -88,6 +92,10 @@ func (s *Service) checkEpoch(ctx context.Context) string {
 	if err := s.identityGuard(ctx, false); errors.Is(err, publisher.ErrIdentityMismatch) {
 		return ""
 	}
+	// A rollback detected elsewhere (the leader's recompute) while this
+	// check reads Redis closes the gate; this check's older reading must
+	// not open it again.
+	rollbacks := s.rollbackCloses()
 	// The high-water mark is read before the state: a booking acknowledged
 	// after the read cannot make a live Redis look rolled back.
 	hw, term := s.pub.SeqMark()
@@ -106,8 +114,24 @@ func (s *Service) checkEpoch(ctx context.Context) string {
 		s.rolledBack(ctx, st, kind, why)
 		return ""
 	}
-	s.setGate(true, "")
+	s.openGateUnless(rollbacks)
 	return st.Epoch
+}
+
+func (s *Service) rollbackCloses() int64 {
+	s.gateMu.Lock()
+	defer s.gateMu.Unlock()
+	return s.rollbacks
+}
+
+// openGateUnless opens the gate unless a rollback closed it since
+// rollbackCloses returned seen.
+func (s *Service) openGateUnless(seen int64) {
+	s.gateMu.Lock()
+	defer s.gateMu.Unlock()
+	if s.rollbacks == seen {
+		s.setGateLocked(true, "")
+	}
 }
 
 // checkLineage compares a polled state with the epoch this instance knows
@@ -192,7 +216,10 @@ func (s *Service) adoptEpoch(ctx context.Context, epoch string) {
 // instance books against the rolled-back counters, and the loop leader
 // re-bootstraps from Postgres (it finds acct:epoch gone).
 func (s *Service) rolledBack(ctx context.Context, st publisher.State, kind, why string) {
-	s.setGate(false, "accounting: Redis state rolled back, waiting for the re-bootstrap: "+why)
+	s.gateMu.Lock()
+	s.rollbacks++
+	s.setGateLocked(false, "accounting: Redis state rolled back, waiting for the re-bootstrap: "+why)
+	s.gateMu.Unlock()
 	done, shows, err := s.pub.Invalidate(ctx, st.Epoch)
 	switch {
 	case err != nil:

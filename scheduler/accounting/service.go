@@ -96,6 +96,9 @@ type Service struct {
 	ready   bool
 	readyCh chan struct{} // closed while ready
 	reason  string
+	// rollbacks counts gate closings for a detected rollback: a check that
+	// read Redis before one may not open the gate after it (gate.go).
+	rollbacks int64
 
 	// known is the epoch this instance books under and knownGen its
 	// generation (publisher.EpochGeneration); watcher and bootstrap only.
