@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cuesched/cuesched/publisher"
@@ -172,10 +173,51 @@ func TestRolledBackRedisIsNotTrusted(t *testing.T) {
 // acct:seq: the next check still sees the rollback.
 func TestLateAdoptionKeepsTheHighWaterMark(t *testing.T) {
 	t.Parallel()
+	f, s, reg, epoch := lostFive(t)
+	s.adoptEpoch(f.ctx, epoch)
+	s.checkEpoch(f.ctx)
+	if got := metric(t, reg, "scheduler_accounting_rollbacks_detected_total", "kind", "seq"); got != 1 {
+		t.Fatalf("seq rollbacks detected = %v after a late adoption of the same epoch, want 1", got)
+	}
+}
+
+// TestRecomputeAfterARollbackDoesNotHideIt: a recompute that runs on a
+// rolled-back Redis before any watch polled it would adopt the procs whose
+// bookings Redis lost and raise acct:seq by as many, back to what was
+// acknowledged: every later poll would find Redis whole. The recompute's
+// mark is judged like a poll instead: the rollback is detected there,
+// every show is closed, and nothing is adopted.
+func TestRecomputeAfterARollbackDoesNotHideIt(t *testing.T) {
+	t.Parallel()
+	f, s, reg, _ := lostFive(t)
+	before, err := f.pub.State(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Recompute(f.ctx)
+	if !errors.Is(err, publisher.ErrSeqRolledBack) {
+		t.Fatalf("recompute on a rolled-back Redis: %v, want ErrSeqRolledBack", err)
+	}
+	if got := metric(t, reg, "scheduler_accounting_rollbacks_detected_total", "kind", "seq"); got != 1 {
+		t.Errorf("seq rollbacks detected = %v, want 1", got)
+	}
+	if n, err := f.rdb.Exists(f.ctx, "acct:proc:p-6").Result(); err != nil || n != 0 {
+		t.Errorf("a lost booking's proc was adopted by the refused recompute (exists %d, %v)", n, err)
+	}
+	if after, _ := f.pub.State(f.ctx); after.Seq != before.Seq {
+		t.Errorf("acct:seq %d -> %d across the refused recompute", before.Seq, after.Seq)
+	}
+}
+
+// lostFive stages a rollback by hand: a service whose watch polls acct:epoch
+// once at start and that runs no follow-up reconcile on its own (each test
+// makes every later step itself), ten bookings acknowledged under its
+// epoch with their procs committed, then Redis restored to before the
+// last five. It returns the epoch they were booked under.
+func lostFive(t *testing.T) (*farm, *Service, *prometheus.Registry, string) {
+	t.Helper()
 	f := newFarm(t)
 	sh := f.addShow(showSpec{managed: true, burstCores: 1000, folderMaxCores: -1, jobs: 1, jobMaxCores: -1, hosts: 1})
-	// The watch polls once at start, then not again: this test makes each
-	// check itself.
 	s, reg := f.service(Config{ManagedPollInterval: 50 * time.Millisecond, EpochPollInterval: time.Hour,
 		LeaderPollInterval: 100 * time.Millisecond, FlipSettle: time.Hour, InFlightGrace: 500 * time.Millisecond,
 		RecomputeInterval: time.Hour})
@@ -200,62 +242,6 @@ func TestLateAdoptionKeepsTheHighWaterMark(t *testing.T) {
 		}
 		sh.mustInsertProc(id, 0, 100, 0)
 	}
-	f.restore(old) // five acknowledged bookings lost
-	s.adoptEpoch(f.ctx, epoch)
-	s.checkEpoch(f.ctx)
-	if got := metric(t, reg, "scheduler_accounting_rollbacks_detected_total", "kind", "seq"); got != 1 {
-		t.Fatalf("seq rollbacks detected = %v after a late adoption of the same epoch, want 1", got)
-	}
-}
-
-// TestRecomputeAfterARollbackDoesNotHideIt: a recompute that runs on a
-// rolled-back Redis before any watch polled it would adopt the procs whose
-// bookings Redis lost and raise acct:seq by as many, back to what was
-// acknowledged: every later poll would find Redis whole. The recompute's
-// mark is judged like a poll instead: the rollback is detected there,
-// every show is closed, and nothing is adopted.
-func TestRecomputeAfterARollbackDoesNotHideIt(t *testing.T) {
-	t.Parallel()
-	f := newFarm(t)
-	sh := f.addShow(showSpec{managed: true, burstCores: 1000, folderMaxCores: -1, jobs: 1, jobMaxCores: -1, hosts: 1})
-	// The watch polls once at start, and no follow-up reconcile runs on its
-	// own: this test makes each step itself.
-	s, reg := f.service(Config{ManagedPollInterval: 50 * time.Millisecond, EpochPollInterval: time.Hour,
-		LeaderPollInterval: 100 * time.Millisecond, FlipSettle: time.Hour, InFlightGrace: 500 * time.Millisecond,
-		RecomputeInterval: time.Hour})
-	runService(t, s)
-	ctx, cancel := context.WithTimeout(f.ctx, testenv.Patience(10*time.Second))
-	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var old dumpDB
-	for i := 1; i <= 10; i++ {
-		if i == 6 {
-			old = f.dump()
-		}
-		id := fmt.Sprintf("p-%d", i)
-		if _, err := f.pub.Book(f.ctx, sh.booking(id, 0, 100)); err != nil {
-			t.Fatalf("book %s: %v", id, err)
-		}
-		sh.mustInsertProc(id, 0, 100, 0)
-	}
-	f.restore(old) // five acknowledged bookings lost; their procs committed
-	before, err := f.pub.State(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = s.Recompute(f.ctx)
-	if !errors.Is(err, publisher.ErrSeqRolledBack) {
-		t.Fatalf("recompute on a rolled-back Redis: %v, want ErrSeqRolledBack", err)
-	}
-	if got := metric(t, reg, "scheduler_accounting_rollbacks_detected_total", "kind", "seq"); got != 1 {
-		t.Errorf("seq rollbacks detected = %v, want 1", got)
-	}
-	if n, err := f.rdb.Exists(f.ctx, "acct:proc:p-6").Result(); err != nil || n != 0 {
-		t.Errorf("a lost booking's proc was adopted by the refused recompute (exists %d, %v)", n, err)
-	}
-	if after, _ := f.pub.State(f.ctx); after.Seq != before.Seq {
-		t.Errorf("acct:seq %d -> %d across the refused recompute", before.Seq, after.Seq)
-	}
+	f.restore(old)
+	return f, s, reg, epoch
 }
