@@ -3,12 +3,9 @@ package loop
 import (
 	"context"
 	"slices"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -18,6 +15,7 @@ import (
 	"github.com/cuesched/cuesched/scheduler/sizing"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/matchertest"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
@@ -101,56 +99,16 @@ func TestPassesOfAClusterTakeDisjointJobs(t *testing.T) {
 	}
 }
 
-// countingDB counts the layer queries that reach the database.
-type countingDB struct {
-	*pgxpool.Pool
-	layerQueries atomic.Int32
-}
-
-func (d *countingDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if strings.Contains(sql, "lay AS") {
-		d.layerQueries.Add(1)
-	}
-	return d.Pool.Query(ctx, sql, args...)
-}
-
-// noHosts is a host cache with no host for anyone; it counts the checkouts
-// (one per layer worked).
-type noHosts struct{ checkouts atomic.Int32 }
-
-func (h *noHosts) Checkout(context.Context, matcher.HostRequest) (sizing.Host, error) {
-	h.checkouts.Add(1)
-	return sizing.Host{}, matcher.ErrNoCandidate
-}
-
-func (h *noHosts) Checkin(sizing.Host) {}
-
 // TestPassReadsLayersOnce: a pass of three jobs reads their layers in one
 // statement (matcher.PassLayers), not one per job, and every job still
 // works each of its layers (issue #28: statements per frame).
 func TestPassReadsLayersOnce(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, cuebotdb.Database(t))
-	if err != nil {
+	f := matchertest.OneAlloc(ctx, t)
+	fac, show, alloc, seed := f.Facility, f.Show, f.Alloc, f.Seed
+	if _, err := seed.Host(ctx, farmseed.HostSpec{Name: "h1", Alloc: alloc, AllocTag: "general", Cores: 8, MemKB: 64 * farmseed.GB}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(pool.Close)
-	seed := &farmseed.Seeder{DB: pool}
-	must := func(s string, err error) string {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	fac := must(seed.Facility(ctx, "f1"))
-	show, err := seed.Show(ctx, "show", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	alloc := must(seed.Alloc(ctx, fac, "f1.general", "general"))
-	must(seed.Subscribe(ctx, show, alloc, 100, 100))
-	must(seed.Host(ctx, farmseed.HostSpec{Name: "h1", Alloc: alloc, AllocTag: "general", Cores: 8, MemKB: 64 * farmseed.GB}))
 	for _, name := range []string{"j1", "j2", "j3"} {
 		if _, err := seed.Job(ctx, farmseed.JobSpec{Name: name, Show: show, Facility: fac,
 			Layers: []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: 2}, {Tags: []string{"general"}, Frames: 2}}}); err != nil {
@@ -158,8 +116,8 @@ func TestPassReadsLayersOnce(t *testing.T) {
 		}
 	}
 	c := clusters.New(fac, show.ID, []clusters.Tag{{Name: "general", Type: clusters.Alloc, AllocID: alloc}})
-	db := &countingDB{Pool: pool}
-	hosts := &noHosts{}
+	db := &matchertest.LayerQueries{Pool: f.Pool}
+	hosts := &matchertest.NoHosts{}
 	m := matcher.New(db, hosts, nil, matcher.Config{Attempts: 1, Policy: sizing.Policy{CoreUnit: 100}},
 		matcher.Options{Registerer: prometheus.NewRegistry(), Backoff: jobs.NewBackoff(time.Minute, time.Hour)})
 	p := New(db, nil, m, Config{MaxJobsPerPass: 3}, Options{})
@@ -167,10 +125,10 @@ func TestPassReadsLayersOnce(t *testing.T) {
 	if r.Jobs != 3 || r.Reason != Saturated {
 		t.Fatalf("pass = %+v, want 3 jobs and no host (saturated)", r)
 	}
-	if n := db.layerQueries.Load(); n != 1 {
+	if n := db.N.Load(); n != 1 {
 		t.Fatalf("%d layer queries for a pass of 3 jobs, want 1", n)
 	}
-	if n := hosts.checkouts.Load(); n != 6 {
+	if n := hosts.Checkouts.Load(); n != 6 {
 		t.Fatalf("%d checkouts, want one per layer of the 3 jobs (6)", n)
 	}
 }
