@@ -6,14 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuesched/cuesched/scheduler/clusters"
 	"github.com/cuesched/cuesched/scheduler/jobs"
 	"github.com/cuesched/cuesched/scheduler/matcher"
 	"github.com/cuesched/cuesched/scheduler/sizing"
-	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 	"github.com/cuesched/cuesched/shared/testkit/matchertest"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
@@ -28,27 +26,11 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // found again.
 func TestPassesOfAClusterTakeDisjointJobs(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, cuebotdb.Database(t))
-	if err != nil {
+	f := matchertest.OneAlloc(ctx, t)
+	fac, show, alloc, seed, pool := f.Facility, f.Show, f.Alloc, f.Seed, f.Pool
+	if _, err := seed.Host(ctx, farmseed.HostSpec{Name: "h1", Alloc: alloc, AllocTag: "general", Cores: 8, MemKB: 64 * farmseed.GB}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(pool.Close)
-	seed := &farmseed.Seeder{DB: pool}
-	must := func(s string, err error) string {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	fac := must(seed.Facility(ctx, "f1"))
-	show, err := seed.Show(ctx, "show", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	alloc := must(seed.Alloc(ctx, fac, "f1.general", "general"))
-	must(seed.Subscribe(ctx, show, alloc, 100, 100))
-	must(seed.Host(ctx, farmseed.HostSpec{Name: "h1", Alloc: alloc, AllocTag: "general", Cores: 8, MemKB: 64 * farmseed.GB}))
 	for _, name := range []string{"j1", "j2", "j3"} {
 		if _, err := seed.Job(ctx, farmseed.JobSpec{Name: name, Show: show, Facility: fac,
 			Layers: []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: 2}}}); err != nil {
