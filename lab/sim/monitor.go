@@ -25,6 +25,7 @@ type monitor struct {
 	prevCap  map[string]int64
 	capRuns  int
 	nextScan time.Time // the proc-table checks run again from then
+	nextNeg  time.Time // the Redis counter scan runs again from then
 	scans    int
 	scanTime time.Duration
 	hostOver int
@@ -232,8 +233,15 @@ func (m *monitor) sample(ctx context.Context, at float64, slow bool) {
 			w.mu.Unlock()
 		}
 	}
-	if slow {
+	if slow && !time.Now().Before(m.nextNeg) {
+		// The counter scan walks Redis's whole keyspace (SCAN's MATCH
+		// filters after the walk): at 10,000 hosts that is tens of
+		// thousands of keys, as much Redis time as the bookings'
+		// scripts. It runs at most once a second and, like the
+		// proc-table checks, takes at most a scanDuty-th of the time.
+		began := time.Now()
 		m.negatives(ctx, at)
+		m.nextNeg = began.Add(time.Since(began) * scanDuty)
 	}
 	if time.Now().Before(m.nextScan) {
 		return
