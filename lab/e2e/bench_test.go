@@ -366,6 +366,38 @@ func runEndToEndBench(b *testing.B, hosts, frames int) {
 	b.ReportMetric(0, "ns/op")
 }
 
+// BenchmarkBookingBatch is the booking transaction's cost against its size:
+// pgbench runs the dispatcher's own transaction (as in EndToEnd's phase 3)
+// with batches of 3, 6, 10 and 20 frames of one layer on one host, on
+// CUESCHED_BENCH_HOSTS hosts and CUESCHED_BENCH_FRAMES frames, the same
+// number of clients each time. frames/s against the 6-frame batch (about
+// a batch of today's defaults; round 1's configuration averages about 10)
+// is x-vs-6-frames-ratio: how much of a booking's database cost is fixed
+// per transaction (relation locks, the statements' start-up, the commit)
+// rather than per frame (the frame and proc rows, Cuebot's frame triggers).
+func BenchmarkBookingBatch(b *testing.B) {
+	hosts := envInt("CUESCHED_BENCH_HOSTS", 1500)
+	frames := envInt("CUESCHED_BENCH_FRAMES", 20000)
+	clients := config.Default().Queue.Stream.ClusterBufferSize * config.Default().Queue.Stream.JobBufferSize
+	var base float64
+	for _, n := range []int{6, 3, 10, 20} {
+		b.Run(fmt.Sprintf("frames=%d", n), func(b *testing.B) {
+			var fps float64
+			for i := 0; i < b.N; i++ {
+				fps = runPgbench(b, hosts, frames, n, clients)
+			}
+			if n == 6 {
+				base = fps
+			}
+			b.ReportMetric(fps, "frames/s")
+			if base > 0 && n != 6 {
+				b.ReportMetric(fps/base, "x-vs-6-frames-ratio")
+			}
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
 // runPgbench seeds the same farm in another database and runs the
 // dispatcher's booking transaction with pgbench (prepared statements,
 // clients = the scheduler's pass concurrency), one batch of perBatch frames

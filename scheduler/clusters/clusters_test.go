@@ -148,6 +148,37 @@ func TestLoadScopesAndChunks(t *testing.T) {
 	}
 }
 
+// A tag on hosts of two allocations a show subscribes to is one tag of
+// that show's cluster, and each managed show subscribed to an allocation
+// gets the allocation's tags (Load pairs the tags with the subscriptions).
+func TestLoadTagOnTwoAllocations(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := context.Background()
+	s := w.seed
+	if _, err := s.Host(ctx, farmseed.HostSpec{Name: "h4", Alloc: w.gpu, AllocTag: "gpu", Cores: 8,
+		Tags: []farmseed.HostTag{{Name: "urgent", Type: "MANUAL"}}}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Show(ctx, "showd", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Subscribe(ctx, d, w.gpu, 100, 100); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]string{w.a.ID: "a", w.b.ID: "b", w.c.ID: "c", d.ID: "d"}
+	all, err := clusters.Load(ctx, w.pool, clusters.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, describe(all, names), []string{
+		"a:alloc:general", "a:alloc:gpu", "a:alloc:general2",
+		"a:hostname:h1,h2,h4", "a:hostname:h3", "a:manual:urgent", "a:hardware:avx",
+		"d:alloc:gpu", "d:hostname:h2,h4", "d:manual:urgent",
+	})
+}
+
 func TestResolveFacility(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
