@@ -425,6 +425,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		CoreUnit: int(unit), AgeRelief: q.PriorityAgeRelief.D(),
 		Lottery: q.JobOrder != config.JobOrderStrict, LotterySeed: q.LotterySeed,
 		EmptySleep: q.ClusterEmptySleep.D(), SaturatedSleep: q.ClusterSaturatedSleep.D(), Schema: &schema,
+		Live:            accounting.Live{RDB: s.rdb},
 		PassTimeout:     q.PassTimeout.D(),
 		ErrorBackoffMin: q.ClusterErrorBackoffMin.D(), ErrorBackoffMax: q.ClusterErrorBackoffMax.D(),
 	}, loop.Options{Logger: log, Registerer: d.Registerer, Gate: loop.AllGates(gates), Capacity: capacity, Booked: booked})

@@ -11,7 +11,12 @@
 //     columns that for a scheduler-managed show are only refreshed by the
 //     recompute loop, so a job could stay hidden for minutes after its
 //     frames finished. Redis remains the authority for caps; these filters
-//     only avoid wasted booking attempts.
+//     only avoid wasted booking attempts. The scheduler gives the query
+//     those live sums from the Redis counters the booking script charges
+//     (PendingQuery.Live): one read of the show's pending jobs and a
+//     pipeline of counter reads, so a pass costs O(pending jobs), not
+//     O(running frames of the show). Without a source, or for a show whose
+//     accounting is not seeded, the query sums the show's procs in one scan.
 //   - Frames are fetched per layer through a LATERAL ... LIMIT that walks
 //     the (pk_job, pk_layer, dispatch order) index of WAITING frames, so the
 //     cost is O(frames per layer limit), not O(waiting frames of the job).

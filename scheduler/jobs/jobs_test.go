@@ -78,9 +78,20 @@ func (w *world) pending(t *testing.T, relief time.Duration, tags ...string) []st
 	if len(tags) == 0 {
 		tags = []string{"general"}
 	}
-	js, err := jobs.Pending(context.Background(), w.pool, jobs.PendingQuery{
-		ShowID: w.show.ID, FacilityID: w.facility, Tags: tags, AgeRelief: relief,
-	})
+	q := jobs.PendingQuery{ShowID: w.show.ID, FacilityID: w.facility, Tags: tags, AgeRelief: relief}
+	names := pendingNames(t, w.pool, q)
+	// The live path (the use read from the accounting store, here summed
+	// from the same procs) selects the same jobs in the same order.
+	q.Live = procLive{pool: w.pool}
+	if live := pendingNames(t, w.pool, q); !slices.Equal(live, names) {
+		t.Fatalf("pending with the live use given = %v, summing the procs = %v", live, names)
+	}
+	return names
+}
+
+func pendingNames(t *testing.T, db jobs.DB, q jobs.PendingQuery) []string {
+	t.Helper()
+	js, err := jobs.Pending(context.Background(), db, q)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +100,100 @@ func (w *world) pending(t *testing.T, relief time.Duration, tags ...string) []st
 		names = append(names, j.Name)
 	}
 	return names
+}
+
+// procLive is a jobs.LiveSource that sums the proc table (exact
+// centicores) as the query's own proc sums do; jobs overrides a job's use
+// and notSeeded makes it vouch for nothing.
+type procLive struct {
+	pool      *pgxpool.Pool
+	jobs      map[string]jobs.Use
+	notSeeded bool
+}
+
+func (p procLive) LiveUse(ctx context.Context, show string, jobIDs, folders, allocs []string) (jobs.LiveUse, bool, error) {
+	if p.notSeeded {
+		return jobs.LiveUse{}, false, nil
+	}
+	out := jobs.LiveUse{Jobs: map[string]jobs.Use{}, Folders: map[string]jobs.Use{}, Allocs: map[string]jobs.Use{}}
+	for _, q := range []struct {
+		m   map[string]jobs.Use
+		sql string
+	}{
+		{out.Jobs, `SELECT pk_job, sum(int_cores_reserved)::bigint, sum(int_gpus_reserved)::bigint FROM proc WHERE pk_show = $1 GROUP BY pk_job`},
+		{out.Folders, `SELECT j.pk_folder, sum(p.int_cores_reserved)::bigint, sum(p.int_gpus_reserved)::bigint FROM proc p
+			JOIN job j ON j.pk_job = p.pk_job WHERE p.pk_show = $1 AND j.str_state <> 'FINISHED' GROUP BY j.pk_folder`},
+		{out.Allocs, `SELECT h.pk_alloc, sum(p.int_cores_reserved)::bigint, 0::bigint FROM proc p JOIN host h ON h.pk_host = p.pk_host
+			WHERE p.pk_show = $1 AND NOT p.b_local GROUP BY h.pk_alloc`},
+	} {
+		rows, err := p.pool.Query(ctx, q.sql, show)
+		if err != nil {
+			return out, false, err
+		}
+		for rows.Next() {
+			var id string
+			var u jobs.Use
+			if err := rows.Scan(&id, &u.Cores, &u.GPUs); err != nil {
+				rows.Close()
+				return out, false, err
+			}
+			q.m[id] = u
+		}
+		rows.Close()
+	}
+	for id, u := range p.jobs {
+		out.Jobs[id] = u
+	}
+	return out, true, nil
+}
+
+// TestPendingReadsTheLiveUse: with a LiveSource the query's headroom comes
+// from it, not from the procs (a job the store holds at its cap is left
+// out, though it has no proc), and a source that cannot vouch for the show
+// leaves the query to sum the procs.
+func TestPendingReadsTheLiveUse(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.job(t, farmseed.JobSpec{Name: "free"})
+	capped := w.job(t, farmseed.JobSpec{Name: "held-in-redis", MaxCores: 2})
+	q := jobs.PendingQuery{ShowID: w.show.ID, FacilityID: w.facility, Tags: []string{"general"}}
+	both := []string{"free", "held-in-redis"}
+	if got := pendingNames(t, w.pool, q); !slices.Equal(sorted(got), both) {
+		t.Fatalf("pending, procs summed = %v", got)
+	}
+	q.Live = procLive{pool: w.pool, jobs: map[string]jobs.Use{capped.ID: {Cores: 200}}}
+	if got := pendingNames(t, w.pool, q); !slices.Equal(got, []string{"free"}) {
+		t.Fatalf("pending with the job at its cap in the store = %v, want [free]", got)
+	}
+	q.Live = procLive{pool: w.pool, jobs: map[string]jobs.Use{capped.ID: {Cores: 200}}, notSeeded: true}
+	if got := pendingNames(t, w.pool, q); !slices.Equal(sorted(got), both) {
+		t.Fatalf("pending with a store that does not vouch for the show = %v, want the procs' answer %v", got, both)
+	}
+	// The store's subscription use counts too: at the burst, nothing.
+	q.Live = allocsAt{procLive{pool: w.pool}, 10000}
+	if got := pendingNames(t, w.pool, q); len(got) != 0 {
+		t.Fatalf("pending with the subscription at its burst in the store = %v", got)
+	}
+}
+
+// allocsAt reports every subscription of the show at cores centicores.
+type allocsAt struct {
+	procLive
+	cores int64
+}
+
+func (a allocsAt) LiveUse(ctx context.Context, show string, jobIDs, folders, allocs []string) (jobs.LiveUse, bool, error) {
+	u, ok, err := a.procLive.LiveUse(ctx, show, jobIDs, folders, allocs)
+	for _, id := range allocs {
+		u.Allocs[id] = jobs.Use{Cores: a.cores}
+	}
+	return u, ok, err
+}
+
+func sorted(v []string) []string {
+	v = slices.Clone(v)
+	sort.Strings(v)
+	return v
 }
 
 func TestPendingOrderAndAgeRelief(t *testing.T) {

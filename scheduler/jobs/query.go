@@ -38,6 +38,29 @@ type PendingQuery struct {
 	Exclude []string
 	// Schema adapts the query to the database (nil: CurrentSchema).
 	Schema *Schema
+	// Live, if set, supplies the live use of the show's jobs, folders and
+	// subscriptions (the accounting store's counters), so the query does
+	// not sum the show's procs: its cost follows the show's pending jobs,
+	// not its running frames. When it cannot vouch for the show (not
+	// seeded) the query sums the procs as without it.
+	Live LiveSource
+}
+
+// Use is what a job, folder or subscription holds: centicores and GPUs.
+type Use struct{ Cores, GPUs int64 }
+
+// LiveUse is a show's live use, keyed by job, folder and allocation (its
+// subscription on that allocation; GPUs unused there).
+type LiveUse struct {
+	Jobs, Folders, Allocs map[string]Use
+}
+
+// LiveSource reads a show's live use for the pending-jobs query.
+type LiveSource interface {
+	// LiveUse returns the use of the given jobs and folders and of the
+	// show's subscriptions on the given allocations. ok is false when the
+	// source cannot vouch for the show (its accounting is not seeded).
+	LiveUse(ctx context.Context, showID string, jobs, folders, allocs []string) (use LiveUse, ok bool, err error)
 }
 
 // pendingSQL: live (proc-based) headroom of the show's subscriptions, the
@@ -57,7 +80,23 @@ type PendingQuery struct {
 // and other negative values book nothing. GPU caps (the job's, no sentinel;
 // the folder's, -1 unlimited) bind only layers that need GPUs, so a max of 0
 // stops GPU layers and leaves CPU layers alone.
-const pendingSQL = `
+const pendingSQL = pendingProcsCTE + pendingSelect
+
+// pendingLiveSQL is pendingSQL with the live use given (LiveSource): $10-$12
+// jobs, cores, GPUs; $13-$15 folders, cores, GPUs; $16-$17 allocations and
+// the show's subscription cores there.
+const pendingLiveSQL = `
+WITH job_live AS MATERIALIZED (
+    SELECT * FROM unnest($10::text[], $11::bigint[], $12::bigint[]) AS t(pk_job, cores, gpus)
+), folder_live AS MATERIALIZED (
+    SELECT * FROM unnest($13::text[], $14::bigint[], $15::bigint[]) AS t(pk_folder, cores, gpus)
+), sub_live AS MATERIALIZED (
+    SELECT * FROM unnest($16::text[], $17::bigint[]) AS t(pk_alloc, cores)
+)
+` + pendingSelect
+
+// pendingProcsCTE sums the show's procs into the live use.
+const pendingProcsCTE = `
 WITH ph AS MATERIALIZED (
     -- One scan of the show's procs (i_proc_pkshow), summed per job, host
     -- and locality: no join per proc, hash aggregates whatever the
@@ -83,6 +122,11 @@ WITH ph AS MATERIALIZED (
     JOIN host h ON h.pk_host = hs.pk_host
     GROUP BY h.pk_alloc
 )
+`
+
+// pendingSelect is the job selection over job_live, folder_live and
+// sub_live.
+const pendingSelect = `
 SELECT j.pk_job, j.str_name, sh.str_name, j.pk_facility, j.pk_folder, j.pk_dept,
        jr.int_priority, j.ts_started, e.effective, u.under_min
 FROM job j
@@ -140,8 +184,18 @@ func Pending(ctx context.Context, db DB, q PendingQuery) ([]Job, error) {
 	if exclude == nil {
 		exclude = []string{}
 	}
-	rows, err := db.Query(ctx, q.Schema.adapt(pendingSQL), q.ShowID, q.FacilityID, normTags(q.Tags), q.Limit, q.CoreUnit,
-		q.AgeRelief.Seconds(), q.Lottery, q.Draw, exclude)
+	args := []any{q.ShowID, q.FacilityID, normTags(q.Tags), q.Limit, q.CoreUnit, q.AgeRelief.Seconds(), q.Lottery, q.Draw, exclude}
+	sql := pendingSQL
+	if q.Live != nil {
+		live, ok, err := liveArgs(ctx, db, q, exclude)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			sql, args = pendingLiveSQL, append(args, live...)
+		}
+	}
+	rows, err := db.Query(ctx, q.Schema.adapt(sql), args...)
 	if err != nil {
 		return nil, fmt.Errorf("pending jobs of show %s: %w", q.ShowID, err)
 	}
@@ -160,6 +214,66 @@ func Pending(ctx context.Context, db DB, q PendingQuery) ([]Job, error) {
 		return nil, fmt.Errorf("pending jobs of show %s: %w", q.ShowID, err)
 	}
 	return out, nil
+}
+
+// candidatesSQL: the show's PENDING, unpaused jobs of the facility (not
+// excluded) with their folders, then the allocations the show subscribes
+// to: the keys whose live use pendingLiveSQL needs.
+const candidatesSQL = `
+SELECT 'j', j.pk_job, j.pk_folder FROM job j
+ WHERE j.pk_show = $1 AND j.pk_facility = $2 AND j.str_state = 'PENDING' AND NOT j.b_paused
+   AND j.pk_job <> ALL($3::text[])
+UNION ALL
+SELECT 's', s.pk_alloc, '' FROM subscription s WHERE s.pk_show = $1`
+
+// liveArgs reads the candidate keys and their live use (q.Live) and returns
+// pendingLiveSQL's arguments $10-$17; ok is false when the source cannot
+// vouch for the show.
+func liveArgs(ctx context.Context, db DB, q PendingQuery, exclude []string) ([]any, bool, error) {
+	rows, err := db.Query(ctx, candidatesSQL, q.ShowID, q.FacilityID, exclude)
+	if err != nil {
+		return nil, false, fmt.Errorf("pending jobs of show %s: candidates: %w", q.ShowID, err)
+	}
+	var jobIDs, folders, allocs []string
+	seenFolder := map[string]bool{}
+	for rows.Next() {
+		var kind, id, folder string
+		if err := rows.Scan(&kind, &id, &folder); err != nil {
+			rows.Close()
+			return nil, false, fmt.Errorf("pending jobs of show %s: candidates: %w", q.ShowID, err)
+		}
+		if kind == "s" {
+			allocs = append(allocs, id)
+			continue
+		}
+		jobIDs = append(jobIDs, id)
+		if !seenFolder[folder] {
+			seenFolder[folder] = true
+			folders = append(folders, folder)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("pending jobs of show %s: candidates: %w", q.ShowID, err)
+	}
+	use, ok, err := q.Live.LiveUse(ctx, q.ShowID, jobIDs, folders, allocs)
+	if err != nil {
+		return nil, false, fmt.Errorf("pending jobs of show %s: live use: %w", q.ShowID, err)
+	}
+	if !ok {
+		return nil, false, nil
+	}
+	arrays := func(ids []string, m map[string]Use) ([]string, []int64, []int64) {
+		cores, gpus := make([]int64, len(ids)), make([]int64, len(ids))
+		for i, id := range ids {
+			cores[i], gpus[i] = m[id].Cores, m[id].GPUs
+		}
+		return ids, cores, gpus
+	}
+	jid, jc, jg := arrays(jobIDs, use.Jobs)
+	fid, fc, fg := arrays(folders, use.Folders)
+	aid, ac, _ := arrays(allocs, use.Allocs)
+	return []any{jid, jc, jg, fid, fc, fg, aid, ac}, true, nil
 }
 
 // cappedSQL: the cluster has work that Pending left out only for lack of

@@ -116,6 +116,10 @@ type Config struct {
 	LotterySeed int64
 	// Schema adapts the job query to the database (nil: current).
 	Schema *jobs.Schema
+	// Live, if set, gives the job query the show's live use (the
+	// accounting store's counters) instead of a sum over the show's procs
+	// (jobs.PendingQuery.Live).
+	Live jobs.LiveSource
 	// PassTimeout bounds one pass (queue.pass_timeout, 2 m): a pass stuck
 	// on the database ends (reason timeout) and its worker moves on.
 	// Work after a batch's commit runs on its own deadlines (dispatch).
@@ -440,7 +444,7 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	start := time.Now()
 	pq := jobs.PendingQuery{
 		ShowID: c.ShowID, FacilityID: c.FacilityID, Tags: c.TagNames(), Limit: p.cfg.MaxJobsPerPass,
-		CoreUnit: p.cfg.CoreUnit, AgeRelief: p.cfg.AgeRelief, Schema: p.cfg.Schema,
+		CoreUnit: p.cfg.CoreUnit, AgeRelief: p.cfg.AgeRelief, Schema: p.cfg.Schema, Live: p.cfg.Live,
 	}
 	if p.cfg.Lottery {
 		pq.Lottery, pq.Draw = true, p.draw()
