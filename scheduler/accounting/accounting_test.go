@@ -14,17 +14,24 @@ import (
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
-func TestBootstrapSeedsManagedShowsOnly(t *testing.T) {
-	t.Parallel()
-	f := newFarm(t)
-	a := f.addShow(showSpec{managed: true, burstCores: 100, folderMaxCores: -1, jobs: 2, jobMaxCores: 50, jobMaxGPUs: 4, hosts: 1})
-	b := f.addShow(showSpec{managed: false, burstCores: 100, folderMaxCores: -1, jobs: 1, jobMaxCores: 50, hosts: 1})
-	// Procs booked by Cuebot before the scheduler ever ran: 1.5 + 2 cores
-	// on job 0, 0.5 core + 1 GPU on job 1.
+// cuebotBooked is a farm with a managed show A and an unmanaged show B
+// whose procs Cuebot booked before the scheduler ever ran: on A 1.5 + 2
+// cores on job 0 and 0.5 core + 1 GPU on job 1, on B 1 core.
+func cuebotBooked(t *testing.T) (f *farm, a, b *showFx) {
+	t.Helper()
+	f = newFarm(t)
+	a = f.addShow(showSpec{managed: true, burstCores: 100, folderMaxCores: -1, jobs: 2, jobMaxCores: 50, jobMaxGPUs: 4, hosts: 1})
+	b = f.addShow(showSpec{managed: false, burstCores: 100, folderMaxCores: -1, jobs: 1, jobMaxCores: 50, hosts: 1})
 	a.mustInsertProc("a1", 0, 150, 0)
 	a.mustInsertProc("a2", 0, 200, 0)
 	a.mustInsertProc("a3", 1, 50, 1)
 	b.mustInsertProc("b1", 0, 100, 0)
+	return f, a, b
+}
+
+func TestBootstrapSeedsManagedShowsOnly(t *testing.T) {
+	t.Parallel()
+	f, a, b := cuebotBooked(t)
 
 	s, reg := f.service(Config{})
 	if s.Ready() {

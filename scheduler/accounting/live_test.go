@@ -11,12 +11,7 @@ import (
 // does not vouch for a show whose accounting is not seeded.
 func TestLiveUseReadsTheChargedCounters(t *testing.T) {
 	t.Parallel()
-	f := newFarm(t)
-	a := f.addShow(showSpec{managed: true, burstCores: 100, folderMaxCores: -1, jobs: 2, jobMaxCores: 50, jobMaxGPUs: 4, hosts: 1})
-	b := f.addShow(showSpec{managed: false, burstCores: 100, folderMaxCores: -1, jobs: 1, jobMaxCores: 50, hosts: 1})
-	a.mustInsertProc("a1", 0, 150, 0)
-	a.mustInsertProc("a2", 0, 200, 0)
-	a.mustInsertProc("a3", 1, 50, 1)
+	f, a, b := cuebotBooked(t)
 	s, _ := f.service(Config{})
 	if err := s.Bootstrap(f.ctx); err != nil {
 		t.Fatal(err)
