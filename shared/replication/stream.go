@@ -671,13 +671,15 @@ func (s *Stream) applyLoop(ctx context.Context, queue <-chan queueItem, progress
 				return fmt.Errorf("replication: apply transaction %d ending at %s: %w", txn.XID, txn.EndLSN, err)
 			}
 			s.applied.Store(uint64(txn.EndLSN))
+			// The metrics first: whoever sees the position durable sees
+			// the transaction counted.
+			s.m.transactions.Inc()
+			s.m.applyLagSeconds.Set(max(0, time.Since(txn.CommitTime).Seconds()))
+			s.m.lastAppliedLSN.Set(float64(txn.EndLSN))
 			if !s.cfg.ExplicitAck {
 				s.advanceDurable(txn.EndLSN)
 			}
 			progressed.Store(true)
-			s.m.transactions.Inc()
-			s.m.applyLagSeconds.Set(max(0, time.Since(txn.CommitTime).Seconds()))
-			s.m.lastAppliedLSN.Set(float64(txn.EndLSN))
 		} else if hb := it.hb; hb != nil {
 			if hb.WALEnd < LSN(s.applied.Load()) {
 				hb.WALEnd = LSN(s.applied.Load())
@@ -689,11 +691,11 @@ func (s *Stream) applyLoop(ctx context.Context, queue <-chan queueItem, progress
 				}
 			}
 			storeMax(&s.applied, hb.WALEnd)
+			s.m.applyLagSeconds.Set(0)
+			s.m.lastAppliedLSN.Set(float64(s.applied.Load()))
 			if !s.cfg.ExplicitAck {
 				s.advanceDurable(hb.WALEnd)
 			}
-			s.m.applyLagSeconds.Set(0)
-			s.m.lastAppliedLSN.Set(float64(s.applied.Load()))
 		}
 		s.updateLag()
 	}
