@@ -15,8 +15,9 @@
 //     those live sums from the Redis counters the booking script charges
 //     (PendingQuery.Live): one read of the show's pending jobs and a
 //     pipeline of counter reads, so a pass costs O(pending jobs), not
-//     O(running frames of the show). Without a source, or for a show whose
-//     accounting is not seeded, the query sums the show's procs in one scan.
+//     O(running frames of the show). Without a source, for a show whose
+//     accounting is not seeded, or while Redis cannot be read, the query
+//     sums the show's procs in one scan.
 //   - Frames are fetched per layer through a LATERAL ... LIMIT that walks
 //     the (pk_job, pk_layer, dispatch order) index of WAITING frames, so the
 //     cost is O(frames per layer limit), not O(waiting frames of the job).

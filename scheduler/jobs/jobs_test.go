@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"math"
 	"reflect"
@@ -103,15 +104,19 @@ func pendingNames(t *testing.T, db jobs.DB, q jobs.PendingQuery) []string {
 }
 
 // procLive is a jobs.LiveSource that sums the proc table (exact
-// centicores) as the query's own proc sums do; jobs overrides a job's use
-// and notSeeded makes it vouch for nothing.
+// centicores) as the query's own proc sums do; jobs overrides a job's use,
+// notSeeded makes it vouch for nothing and broken fails every read.
 type procLive struct {
 	pool      *pgxpool.Pool
 	jobs      map[string]jobs.Use
 	notSeeded bool
+	broken    bool // the store cannot be read
 }
 
 func (p procLive) LiveUse(ctx context.Context, show string, jobIDs, folders, allocs []string) (jobs.LiveUse, bool, error) {
+	if p.broken {
+		return jobs.LiveUse{}, false, errors.New("store unreachable")
+	}
 	if p.notSeeded {
 		return jobs.LiveUse{}, false, nil
 	}
@@ -149,8 +154,8 @@ func (p procLive) LiveUse(ctx context.Context, show string, jobIDs, folders, all
 
 // TestPendingReadsTheLiveUse: with a LiveSource the query's headroom comes
 // from it, not from the procs (a job the store holds at its cap is left
-// out, though it has no proc), and a source that cannot vouch for the show
-// leaves the query to sum the procs.
+// out, though it has no proc), and a source that cannot vouch for the show,
+// or cannot be read, leaves the query to sum the procs.
 func TestPendingReadsTheLiveUse(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -168,6 +173,10 @@ func TestPendingReadsTheLiveUse(t *testing.T) {
 	q.Live = procLive{pool: w.pool, jobs: map[string]jobs.Use{capped.ID: {Cores: 200}}, notSeeded: true}
 	if got := pendingNames(t, w.pool, q); !slices.Equal(sorted(got), both) {
 		t.Fatalf("pending with a store that does not vouch for the show = %v, want the procs' answer %v", got, both)
+	}
+	q.Live = procLive{pool: w.pool, jobs: map[string]jobs.Use{capped.ID: {Cores: 200}}, broken: true}
+	if got := pendingNames(t, w.pool, q); !slices.Equal(sorted(got), both) {
+		t.Fatalf("pending with an unreachable store = %v, want the procs' answer %v", got, both)
 	}
 	// The store's subscription use counts too: at the burst, nothing.
 	q.Live = allocsAt{procLive{pool: w.pool}, 10000}
