@@ -42,7 +42,7 @@ type PendingQuery struct {
 	// subscriptions (the accounting store's counters), so the query does
 	// not sum the show's procs: its cost follows the show's pending jobs,
 	// not its running frames. When it cannot vouch for the show (not
-	// seeded) the query sums the procs as without it.
+	// seeded) or cannot be read, the query sums the procs as without it.
 	Live LiveSource
 }
 
