@@ -1,5 +1,6 @@
-// Package dispatch books a batch of one layer's frames on one host and
-// launches them on RQD.
+// Package dispatch books a batch of one layer's frames on one host, or on
+// several hosts in one transaction (DispatchGroup), and launches them on
+// RQD.
 //
 // # Order of operations
 //
@@ -46,6 +47,11 @@
 //     claim and goes in the same round trip); Cuebot's verify_host_resources
 //     trigger refuses an idle value below zero, in which case the cache was
 //     stale and everything is rolled back.
+//     A group batch (several hosts, DispatchGroup) runs the same claim with
+//     a host per frame, locks its hosts in key order (lockHostsSQL) and
+//     updates them in one statement (HostTakeGroupSQL); if any host is
+//     stale the group rolls back and each host's batch is committed on its
+//     own, so the others still start.
 //     Frames, then layer_stat/job_stat (the frame triggers), then host: the
 //     same lock order as Cuebot's completion path, so the two do not
 //     deadlock. The accounting tables are not touched: for a managed show
@@ -182,7 +188,9 @@ type Dispatcher struct {
 	log    hclog.Logger
 	m      *metrics
 	claim  string // ClaimSQL adapted to the schema
-	resv   OwnerBooked
+	// claimGroup is claim for a batch on several hosts (claimGroupSQL).
+	claimGroup string
+	resv       OwnerBooked
 	// pids: whether a connection's PgConn().PID() is its server backend
 	// (pidUnknown until the first connection is checked; pidPooler behind
 	// a pooler such as PgBouncer, where it is not).
@@ -231,6 +239,7 @@ func New(pool *pgxpool.Pool, acct Accounting, rqd Launcher, cfg Config, o Option
 	if cfg.Schema != nil {
 		d.claim = cfg.Schema.Adapt(ClaimSQL)
 	}
+	d.claimGroup = claimGroupSQL(d.claim)
 	return d
 }
 
@@ -315,38 +324,88 @@ type planned struct {
 
 // Dispatch books frames (in order) of layer l on host h and launches them.
 func (d *Dispatcher) Dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, h sizing.Host) Result {
-	start := time.Now()
-	res := d.dispatch(ctx, l, frames, h)
-	d.m.batches.WithLabelValues(res.Stop.String()).Inc()
-	d.m.batchDuration.Observe(time.Since(start).Seconds())
-	return res
+	return d.DispatchGroup(ctx, l, []Part{{Host: h, Frames: frames}})[0]
 }
 
-func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, h sizing.Host) Result {
-	out := Result{Host: h, Stop: Done}
+// Part is one host's share of a group batch: the frames to book there, in
+// dispatch order.
+type Part struct {
+	Host   sizing.Host
+	Frames []jobs.Frame
+}
 
-	// 1. Plan.
-	sized, why := d.cfg.Policy.Plan(h, l.Shape, len(frames))
-	switch why {
-	case sizing.Fits:
-	case sizing.JobAtCap:
-		out.Stop = JobAtCap
-	default:
-		out.Stop = HostFull
+// DispatchGroup books frames of layer l on several hosts (parts) in one
+// Postgres transaction and launches them: one host batch per part, each
+// planned against its host, booked in Redis and launched as Dispatch does,
+// with one claim and one host update for all of them. The job's core
+// budget carries from part to part. results[i] reports parts[i]. If a
+// host's idle value would go below zero (a stale cache) the transaction
+// rolls back and each host's batch is committed on its own, so one stale
+// host costs the others nothing but a second round trip.
+func (d *Dispatcher) DispatchGroup(ctx context.Context, l *jobs.Layer, parts []Part) []Result {
+	start := time.Now()
+	ps := d.dispatch(ctx, l, parts)
+	out := make([]Result, len(ps))
+	for i, x := range ps {
+		out[i] = x.out
+		d.m.batches.WithLabelValues(x.out.Stop.String()).Inc()
 	}
-	plan := make([]planned, len(sized))
-	for i, r := range sized {
-		plan[i] = planned{frame: frames[i], res: r, proc: uuid.NewString()}
+	d.m.batchDuration.Observe(time.Since(start).Seconds())
+	return out
+}
+
+// part is one host's batch in flight.
+type part struct {
+	Part
+	out    Result
+	plan   []planned
+	booked []planned
+	// base is the index of the part's first booked frame in the
+	// transaction's arrays (the limit headroom counts across parts).
+	base int
+	// The part's outcome in the transaction.
+	won               wonFrames
+	after             sizing.Host
+	room              int
+	stale, jobStopped bool
+	err               error
+	launched          []planned
+	failed            []error
+}
+
+func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, parts []Part) []*part {
+	ps := make([]*part, len(parts))
+	shape := l.Shape
+	nplanned := 0
+
+	// 1. Plan, each part against its host; the job's budget carries over.
+	for i, p := range parts {
+		x := &part{Part: p, out: Result{Host: p.Host, Stop: Done}, room: -1}
+		ps[i] = x
+		sized, why := d.cfg.Policy.Plan(p.Host, shape, len(p.Frames))
+		switch why {
+		case sizing.Fits:
+		case sizing.JobAtCap:
+			x.out.Stop = JobAtCap
+		default:
+			x.out.Stop = HostFull
+		}
+		x.plan = make([]planned, len(sized))
+		for j, r := range sized {
+			x.plan[j] = planned{frame: p.Frames[j], res: r, proc: uuid.NewString()}
+			shape.JobCoresLive += r.Cores
+		}
+		nplanned += len(sized)
 	}
-	if len(plan) == 0 {
-		return out
+	if nplanned == 0 {
+		return ps
 	}
-	d.m.planned.Add(float64(len(plan)))
+	d.m.planned.Add(float64(nplanned))
 
 	// 2. Book in Redis. The bookings go out concurrently (each is one
 	// atomic script, so caps hold whatever the interleaving); the frames
 	// kept are the ones whose booking succeeded, in dispatch order, and the
-	// first refusal in dispatch order says why the batch stops.
+	// first refusal in a part's dispatch order says why that part stops.
 	//
 	// The connection of step 3 is taken first and held until the end of
 	// the transaction: each booking record names its backend
@@ -358,8 +417,12 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 	bookDeadline, _ := bctx.Deadline()
 	conn, err := d.pool.Acquire(bctx)
 	if err != nil {
-		out.Stop, out.Err = Failed, fmt.Errorf("dispatch: acquire connection: %w", err)
-		return out
+		for _, x := range ps {
+			if len(x.plan) > 0 {
+				x.out.Stop, x.out.Err = Failed, fmt.Errorf("dispatch: acquire connection: %w", err)
+			}
+		}
+		return ps
 	}
 	held := true
 	release := func() {
@@ -370,30 +433,96 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 	}
 	defer release()
 	pid := d.backendPID(bctx, conn)
-	errs := make([]error, len(plan))
-	results := make([]publisher.Result, len(plan))
 	until := time.Time{}
 	if wc := l.WorstCase(); wc > 0 {
 		until = time.Now().Add(wc)
 	}
+	errs := make([][]error, len(ps))
+	results := make([][]publisher.Result, len(ps))
 	var wg sync.WaitGroup
-	for i, p := range plan {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b := d.booking(l, h, p, until)
-			b.BackendPID = pid
-			results[i], errs[i] = d.acct.Book(bctx, b)
-		}()
+	for i, x := range ps {
+		errs[i], results[i] = make([]error, len(x.plan)), make([]publisher.Result, len(x.plan))
+		for j, p := range x.plan {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				b := d.booking(l, x.Host, p, until)
+				b.BackendPID = pid
+				results[i][j], errs[i][j] = d.acct.Book(bctx, b)
+			}()
+		}
 	}
 	wg.Wait()
-	var booked []planned
+	var live []*part
+	nbooked := 0
+	for i, x := range ps {
+		d.keepBooked(x, errs[i], results[i])
+		if len(x.booked) > 0 {
+			x.base = nbooked
+			nbooked += len(x.booked)
+			live = append(live, x)
+		}
+	}
+	if len(live) == 0 {
+		return ps
+	}
+
+	// 3. The Postgres transaction: one for every part, unless a host was
+	// stale, then one per part.
+	var resolvedBy time.Time
+	timed := func(f func()) {
+		start := time.Now()
+		f()
+		d.m.txDuration.Observe(time.Since(start).Seconds())
+	}
+	commitOne := func(x *part) {
+		var by time.Time
+		x.base = 0
+		x.won, x.room, x.after, x.stale, x.jobStopped, by, x.err = d.commit(bctx, conn, l, x.Host, x.booked)
+		if by.After(resolvedBy) {
+			resolvedBy = by
+		}
+	}
+	if len(live) == 1 {
+		timed(func() { commitOne(live[0]) })
+	} else {
+		var room int
+		var stale, jobStopped bool
+		var err error
+		timed(func() { room, stale, jobStopped, resolvedBy, err = d.commitGroup(bctx, conn, l, live) })
+		if stale {
+			d.m.groupsSplit.Inc()
+			for _, x := range live {
+				timed(func() { commitOne(x) })
+			}
+		} else {
+			for _, x := range live {
+				x.room, x.jobStopped, x.err = room, jobStopped, err
+			}
+		}
+	}
+	release()
+
+	// 4. Roll back what did not make it.
+	for _, x := range live {
+		d.settle(l, x)
+	}
+	if resolvedBy.Before(bookDeadline) {
+		resolvedBy = bookDeadline
+	}
+	d.launchAll(ctx, l, ps, resolvedBy)
+	return ps
+}
+
+// keepBooked keeps the part's frames whose booking succeeded (errs and
+// results are its plan's) and sets its stop from the first refusal.
+func (d *Dispatcher) keepBooked(x *part, errs []error, results []publisher.Result) {
 	refused := false
-	for i, p := range plan {
+	for i, p := range x.plan {
 		err := errs[i]
 		if err == nil {
 			p.resv = results[i].Reservation
-			booked = append(booked, p)
+			x.booked = append(x.booked, p)
 			continue
 		}
 		var le *publisher.LimitError
@@ -416,96 +545,100 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 		refused = true
 		switch {
 		case isLimit:
-			out.Stop, out.Limit = Capped, le
+			x.out.Stop, x.out.Limit = Capped, le
 		case isReserved:
-			out.Stop, out.Reserved = Reserved, re
+			x.out.Stop, x.out.Reserved = Reserved, re
 		case isSeat:
-			out.Stop, out.Seat = LimitReached, se
+			x.out.Stop, x.out.Seat = LimitReached, se
 		case notSeeded:
-			out.Stop = NotSeeded
+			x.out.Stop = NotSeeded
 		default:
-			out.Stop, out.Err = Failed, err
+			x.out.Stop, x.out.Err = Failed, err
 		}
 	}
-	if out.Stop == Failed || out.Stop == NotSeeded {
+	if x.out.Stop == Failed || x.out.Stop == NotSeeded {
 		// Do not start part of a batch whose bookings failed for reasons
 		// that are not about caps.
-		for _, p := range booked {
+		for _, p := range x.booked {
 			d.rollback(p.proc)
 		}
-		booked = nil
+		x.booked = nil
 	}
-	if len(booked) == 0 {
-		return out
-	}
+}
 
-	// 3. The Postgres transaction.
-	txStart := time.Now()
-	won, room, hostAfter, stale, jobStopped, resolvedBy, err := d.commit(bctx, conn, l, h, booked)
-	release()
-	d.m.txDuration.Observe(time.Since(txStart).Seconds())
-
-	// 4. Roll back what did not make it.
-	winners := map[string]int32{}
-	for i, id := range won.frames {
-		winners[id] = won.versions[i]
+// settle rolls back the Redis bookings of a part's frames that did not
+// start and sets its result from the transaction's outcome, leaving the
+// winners in x.launched.
+func (d *Dispatcher) settle(l *jobs.Layer, x *part) {
+	winners := make(map[string]bool, len(x.won.frames))
+	for _, id := range x.won.frames {
+		winners[id] = true
 	}
-	var launched []planned
-	for i, p := range booked {
-		if _, ok := winners[p.frame.ID]; ok && err == nil && !stale {
-			launched = append(launched, p)
+	for i, p := range x.booked {
+		if winners[p.frame.ID] && x.err == nil && !x.stale {
+			x.launched = append(x.launched, p)
 			continue
 		}
 		d.rollback(p.proc)
 		switch {
-		case err != nil || stale || jobStopped:
-		case room >= 0 && i >= room:
-			if out.Stop == Done || out.Stop == HostFull {
-				out.Stop = LimitReached
+		case x.err != nil || x.stale || x.jobStopped:
+		case x.room >= 0 && x.base+i >= x.room:
+			if x.out.Stop == Done || x.out.Stop == HostFull {
+				x.out.Stop = LimitReached
 			}
 		default:
-			out.Claimed = append(out.Claimed, p.frame.ID)
+			x.out.Claimed = append(x.out.Claimed, p.frame.ID)
 		}
 	}
 	switch {
-	case err != nil:
-		out.Stop, out.Err = Failed, err
-		return out
-	case stale:
-		d.m.lost.WithLabelValues(lostHostPG).Add(float64(len(booked)))
-		out.Stop = HostStale
-		return out
-	case jobStopped:
-		d.log.Debug("job paused or no longer pending; nothing started", "job", l.JobName, "layer", l.Name, "host", h.Name)
-		out.Stop = JobStopped
-		return out
+	case x.err != nil:
+		x.out.Stop, x.out.Err = Failed, x.err
+		x.launched = nil
+		return
+	case x.stale:
+		d.m.lost.WithLabelValues(lostHostPG).Add(float64(len(x.booked)))
+		x.out.Stop = HostStale
+		x.launched = nil
+		return
+	case x.jobStopped:
+		d.log.Debug("job paused or no longer pending; nothing started", "job", l.JobName, "layer", l.Name, "host", x.Host.Name)
+		x.out.Stop = JobStopped
+		x.launched = nil
+		return
 	}
-	if len(out.Claimed) > 0 {
-		d.m.lost.WithLabelValues(lostFrame).Add(float64(len(out.Claimed)))
+	if len(x.out.Claimed) > 0 {
+		d.m.lost.WithLabelValues(lostFrame).Add(float64(len(x.out.Claimed)))
 	}
-	if len(launched) == 0 {
-		return out
+	if len(x.launched) > 0 {
+		x.out.Host = x.after
 	}
-	out.Host = hostAfter
+}
 
-	// 5. Launch (or not, in dry run), compensating failures. The launches
-	// and what follows them have separate deadlines: a launch that used
-	// its whole budget must not leave its compensation an expired context
-	// (the frame would stay RUNNING with a proc and booked cores, never
-	// started).
-	//
-	// The launch deadline is anchored before the commit: the end of the
-	// booking budget (or of the resolution of an unknown outcome) plus
-	// LaunchTimeout. A scheduler stalled after its commit (SIGSTOP, a
-	// paused VM, a long GC) would otherwise start a fresh launch budget
-	// when it resumes and could start a frame whose proc Cuebot's
-	// orphaned-proc check had cleared and whose frame already runs again
-	// elsewhere: the frame would run twice at once. With the anchor no
-	// launch leaves later than Book + commit resolution + Launch after the
-	// booking began (config.DispatchBudget, below Cuebot's interval); past
-	// it the launch is not sent and the booking is compensated.
-	if resolvedBy.Before(bookDeadline) {
-		resolvedBy = bookDeadline
+// launchAll is step 5 for every part with winners.
+//
+// Launch (or not, in dry run), compensating failures. The launches
+// and what follows them have separate deadlines: a launch that used
+// its whole budget must not leave its compensation an expired context
+// (the frame would stay RUNNING with a proc and booked cores, never
+// started).
+//
+// The launch deadline is anchored before the commit: the end of the
+// booking budget (or of the resolution of an unknown outcome),
+// resolvedBy, plus LaunchTimeout. A scheduler stalled after its commit
+// (SIGSTOP, a paused VM, a long GC) would otherwise start a fresh launch
+// budget when it resumes and could start a frame whose proc Cuebot's
+// orphaned-proc check had cleared and whose frame already runs again
+// elsewhere: the frame would run twice at once. With the anchor no
+// launch leaves later than Book + commit resolution + Launch after the
+// booking began (config.DispatchBudget, below Cuebot's interval); past
+// it the launch is not sent and the booking is compensated.
+func (d *Dispatcher) launchAll(ctx context.Context, l *jobs.Layer, ps []*part, resolvedBy time.Time) {
+	n := 0
+	for _, x := range ps {
+		n += len(x.launched)
+	}
+	if n == 0 {
+		return
 	}
 	launchBy := resolvedBy.Add(d.cfg.LaunchTimeout)
 	if d.afterCommit != nil {
@@ -515,45 +648,59 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.
 		launchBy = now
 	}
 	lctx, cancelLaunch := context.WithDeadline(context.WithoutCancel(ctx), launchBy)
-	failed := d.launch(lctx, l, h, launched)
+	var wg sync.WaitGroup
+	for _, x := range ps {
+		if len(x.launched) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x.failed = d.launch(lctx, l, x.Host, x.launched)
+		}()
+	}
+	wg.Wait()
 	cancelLaunch()
 	nfailed := 0
-	for _, e := range failed {
-		if e != nil {
-			nfailed++
+	for _, x := range ps {
+		for _, e := range x.failed {
+			if e != nil {
+				nfailed++
+			}
 		}
 	}
 	d.m.compensateQueue.Add(float64(nfailed))
 	now := time.Now()
 	post, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.CompensateTimeout)
 	defer cancel()
-	owner := false
-	for i, p := range launched {
-		if failed[i] != nil {
-			if after, ok := d.compensate(post, h, p, winners[p.frame.ID], failed[i]); ok {
-				out.Host = after
+	for _, x := range ps {
+		owner := false
+		for i, p := range x.launched {
+			if x.failed[i] != nil {
+				if after, ok := d.compensate(post, x.Host, p, x.won.version(p.frame.ID), x.failed[i]); ok {
+					x.out.Host = after
+				}
+				d.m.compensateQueue.Dec()
+				x.out.LaunchFailed = append(x.out.LaunchFailed, p.frame.ID)
+				continue
 			}
-			d.m.compensateQueue.Dec()
-			out.LaunchFailed = append(out.LaunchFailed, p.frame.ID)
-			continue
+			x.out.Dispatched = append(x.out.Dispatched, p.frame.ID)
+			x.out.CoresBooked += p.res.Cores
+			switch p.resv {
+			case publisher.ReservationOwner:
+				owner = true
+			case publisher.ReservationBackfill:
+				x.out.Backfilled++
+			}
+			d.m.frames.WithLabelValues(l.ShowName).Inc()
+			d.m.timeToBook.Observe(now.Sub(p.frame.Eligible).Seconds())
+			d.m.observeMemory(l.Shape, p.res.MemKB)
 		}
-		out.Dispatched = append(out.Dispatched, p.frame.ID)
-		out.CoresBooked += p.res.Cores
-		switch p.resv {
-		case publisher.ReservationOwner:
-			owner = true
-		case publisher.ReservationBackfill:
-			out.Backfilled++
+		if owner && d.resv != nil {
+			// The owner runs on its host: the reservation has done its job.
+			d.resv.OwnerBooked(post, x.Host.ID, l.ID)
 		}
-		d.m.frames.WithLabelValues(l.ShowName).Inc()
-		d.m.timeToBook.Observe(now.Sub(p.frame.Eligible).Seconds())
-		d.m.observeMemory(l.Shape, p.res.MemKB)
 	}
-	if owner && d.resv != nil {
-		// The owner runs on its host: the reservation has done its job.
-		d.resv.OwnerBooked(post, h.ID, l.ID)
-	}
-	return out
 }
 
 // booking is one planned frame's Redis booking. It names the host, so the

@@ -24,6 +24,7 @@ type metrics struct {
 	sizedFrames      *prometheus.CounterVec
 	planned          prometheus.Counter
 	lost             *prometheus.CounterVec
+	groupsSplit      prometheus.Counter
 }
 
 // Sources of a frame's memory (scheduler_sizing_frames_total{source}).
@@ -64,16 +65,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scheduler_dispatch_batches_total",
-			Help: "Host batches dispatched, by how they ended (done, host_full, capped, limit_reached, host_stale, failed, job_stopped, ...).",
+			Help: "Host batches dispatched (one per host, several may share a transaction), by how they ended (done, host_full, capped, limit_reached, host_stale, failed, job_stopped, ...).",
 		}, []string{"stop"}),
 		batchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "scheduler_dispatch_batch_duration_seconds",
-			Help:    "Duration of one host batch: booking, transaction, launches.",
+			Help:    "Duration of one batch (one transaction, on one or several hosts): booking, transaction, launches.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
 		txDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "scheduler_dispatch_transaction_duration_seconds",
-			Help:    "Duration of the Postgres booking transaction of one host batch.",
+			Help:    "Duration of one Postgres booking transaction (one or several hosts).",
 			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16),
 		}),
 		launchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -114,6 +115,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Frames whose launch failed and whose compensation (frame back to WAITING, proc deleted, booking released) has not finished yet.",
 		}),
 	}
+	m.groupsSplit = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "scheduler_dispatch_group_splits_total",
+		Help: "Batches spanning several hosts rolled back because one host had less idle than the cache said, then committed host by host.",
+	})
 	m.memRequested = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "scheduler_sizing_requested_memory_bytes_total",
 		Help: "Memory the started frames' layers asked for (layer.int_mem_min), summed over frames.",
@@ -147,7 +152,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.frames, m.timeToBook, m.batches, m.batchDuration, m.txDuration, m.launchDuration,
 			m.launchFailures, m.compensations, m.killFailures, m.accountingErrors,
-			m.memRequested, m.memBooked, m.sizedFrames, m.planned, m.lost, m.launchQueue, m.compensateQueue)
+			m.memRequested, m.memBooked, m.sizedFrames, m.planned, m.lost, m.launchQueue, m.compensateQueue, m.groupsSplit)
 	}
 	return m
 }

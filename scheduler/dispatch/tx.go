@@ -155,6 +155,16 @@ type wonFrames struct {
 	versions []int32
 }
 
+// version is the version frame id has after the claim (0 if not won).
+func (w wonFrames) version(id string) int32 {
+	for i, f := range w.frames {
+		if f == id {
+			return w.versions[i]
+		}
+	}
+	return 0
+}
+
 // staleHost reports whether err is verify_host_resources refusing the host
 // update: Postgres has less idle on the host than the cache said.
 func staleHost(err error) bool {
@@ -438,4 +448,209 @@ func (d *Dispatcher) compensate(ctx context.Context, h sizing.Host, p planned, v
 		}
 	}
 	return after, restored
+}
+
+// claimGroupSQL is claim (ClaimSQL, adapted to the schema) for a batch
+// spanning several hosts: the host name ($8) and host id ($11) become
+// arrays with one element per frame, like the other per-frame arguments.
+func claimGroupSQL(claim string) string {
+	for _, r := range [][2]string{
+		{`$7::bigint[])
+         WITH ORDINALITY AS r(pk_frame, pk_proc, ver, cores, mem, gpus, gpu_mem, ord)`,
+			`$7::bigint[], $8::text[], $11::text[])
+         WITH ORDINALITY AS r(pk_frame, pk_proc, ver, cores, mem, gpus, gpu_mem, host_name, host_id, ord)`},
+		{`str_host = $8,`, `str_host = req.host_name,`},
+		{`RETURNING f.pk_frame, f.int_version, req.pk_proc,`, `RETURNING f.pk_frame, f.int_version, req.pk_proc, req.host_id,`},
+		{`SELECT upd.pk_proc, $11, $9,`, `SELECT upd.pk_proc, upd.host_id, $9,`},
+	} {
+		if strings.Count(claim, r[0]) != 1 {
+			panic("dispatch: ClaimSQL no longer has " + r[0])
+		}
+		claim = strings.Replace(claim, r[0], r[1], 1)
+	}
+	return claim
+}
+
+// lockHostsSQL locks a group batch's hosts in key order before their
+// update, so two group batches sharing hosts cannot deadlock. It runs
+// after the claim: frames, then the frame triggers' layer_stat/job_stat,
+// then hosts, the order of a one-host batch and of Cuebot's completion.
+const lockHostsSQL = `
+SELECT pk_host FROM host WHERE pk_host = ANY($1::text[]) ORDER BY pk_host FOR UPDATE`
+
+// HostTakeGroupSQL is HostTakeSQL for a batch spanning several hosts: the
+// resources of the procs the claim inserted ($1, the batch's proc ids; only
+// the winners exist) come off each of their hosts ($2, the batch's hosts).
+// Cuebot's verify_host_resources refuses any host's idle going below zero,
+// which rolls the whole batch back. It returns one row per host that
+// started something: the host, the number of procs and its idle values
+// after the update.
+const HostTakeGroupSQL = `
+WITH took AS (
+    SELECT pk_host, count(*) AS n, SUM(int_cores_reserved)::bigint AS cores, SUM(int_mem_reserved)::bigint AS mem,
+           SUM(int_gpus_reserved)::bigint AS gpus, SUM(int_gpu_mem_reserved)::bigint AS gpu_mem
+    FROM proc WHERE pk_proc = ANY($1::text[]) AND pk_host = ANY($2::text[])
+    GROUP BY pk_host
+)
+UPDATE host h
+   SET int_cores_idle = h.int_cores_idle - took.cores, int_mem_idle = h.int_mem_idle - took.mem,
+       int_gpus_idle = h.int_gpus_idle - took.gpus, int_gpu_mem_idle = h.int_gpu_mem_idle - took.gpu_mem
+  FROM took
+ WHERE h.pk_host = took.pk_host
+RETURNING h.pk_host, took.n, h.int_cores_idle::bigint, h.int_mem_idle::bigint,
+          h.int_gpus_idle::bigint, h.int_gpu_mem_idle::bigint`
+
+// commitGroup is commit for a batch spanning several hosts (parts, each
+// with its booked frames; the frames' order in the statement is the parts'
+// order, then each part's). It sets each part's won frames and idle values
+// after the batch. room, stale, jobStopped, resolvedBy and err are the
+// batch's, as for commit; stale rolls the whole batch back (the caller
+// retries each host on its own).
+func (d *Dispatcher) commitGroup(ctx context.Context, conn *pgxpool.Conn, l *jobs.Layer, parts []*part) (room int, stale, jobStopped bool, resolvedBy time.Time, err error) {
+	var frameIDs, procs, hostNames, hostIDs, hosts []string
+	var versions []int32
+	var cores, mem, gpus, gpuMem []int64
+	var all []planned
+	for _, x := range parts {
+		hosts = append(hosts, x.Host.ID)
+		for _, p := range x.booked {
+			all = append(all, p)
+			frameIDs, procs, versions = append(frameIDs, p.frame.ID), append(procs, p.proc), append(versions, p.frame.Version)
+			cores, mem = append(cores, p.res.Cores), append(mem, p.res.MemKB)
+			gpus, gpuMem = append(gpus, p.res.GPUs), append(gpuMem, p.res.GPUMemKB)
+			hostNames, hostIDs = append(hostNames, x.Host.Name), append(hostIDs, x.Host.ID)
+		}
+	}
+	limits := l.LimitIDs
+	if limits == nil {
+		limits = []string{}
+	}
+	var pid uint32
+	if d.pids.Load() == pidReal {
+		pid = conn.Conn().PgConn().PID()
+	}
+	sent := time.Now()
+	b := &pgx.Batch{}
+	if len(limits) > 0 {
+		b.Queue(lockLimitsSQL, limits)
+	}
+	b.Queue(d.claimGroup, frameIDs, procs, versions, cores, mem, gpus, gpuMem,
+		hostNames, l.ShowID, limits, hostIDs, l.ID, l.JobID, d.cfg.Policy.MinMemKB)
+	b.Queue(lockHostsSQL, hosts)
+	b.Queue(HostTakeGroupSQL, procs, hosts)
+	br := conn.SendBatch(ctx, b)
+	room = -1
+	jobOK := true
+	winners := map[string]int32{}
+	type hostRow struct {
+		n                          int64
+		cores, mem, gpus, gpuMemKB int64
+	}
+	rowsByHost := map[string]hostRow{}
+	err = func() error {
+		if len(limits) > 0 {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("lock limits %v: %w", limits, err)
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return fmt.Errorf("claim frames: %w", err)
+		}
+		for rows.Next() {
+			var r int64
+			var frame *string
+			var ver *int32
+			if err := rows.Scan(&r, &jobOK, &frame, &ver); err != nil {
+				rows.Close()
+				return fmt.Errorf("claim frames: %w", err)
+			}
+			room = int(r)
+			if frame != nil && ver != nil {
+				winners[*frame] = *ver
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("claim frames: %w", err)
+		}
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("lock hosts: %w", err)
+		}
+		rows, err = br.Query()
+		if err != nil {
+			return fmt.Errorf("take host resources: %w", err)
+		}
+		for rows.Next() {
+			var id string
+			var h hostRow
+			if err := rows.Scan(&id, &h.n, &h.cores, &h.mem, &h.gpus, &h.gpuMemKB); err != nil {
+				rows.Close()
+				return fmt.Errorf("take host resources: %w", err)
+			}
+			rowsByHost[id] = h
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("take host resources: %w", err)
+		}
+		return nil
+	}()
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("dispatch batch: %w", cerr)
+	}
+	switch {
+	case err != nil && staleHost(err):
+		d.log.Debug("a host has less idle than the cache said; group batch rolled back", "hosts", hosts, "layer", l.Name, "error", err)
+		return room, true, false, time.Time{}, nil
+	case err != nil:
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			return room, false, false, time.Time{}, fmt.Errorf("dispatch layer %s on %d hosts: %w", l.Name, len(parts), err)
+		}
+		resolvedBy = time.Now().Add(resolveTimeout)
+		found, rerr := d.procsFound(ctx, all, resolvedBy, pid, sent)
+		if rerr != nil || len(found) == 0 {
+			return room, false, false, time.Time{}, fmt.Errorf("dispatch layer %s on %d hosts: %w", l.Name, len(parts), err)
+		}
+		d.log.Warn("the booking transaction reported an error but its procs exist; continuing", "hosts", hosts, "error", err)
+		for _, x := range parts {
+			x.won, x.after = wonFrames{}, x.Host
+			for _, p := range x.booked {
+				if found[p.proc] {
+					x.won.frames = append(x.won.frames, p.frame.ID)
+					x.won.versions = append(x.won.versions, p.frame.Version+1)
+					x.after.Take(p.res)
+				}
+			}
+		}
+		return room, false, false, resolvedBy, nil
+	}
+	if len(winners) == 0 {
+		return room, false, !jobOK, time.Time{}, nil
+	}
+	for _, x := range parts {
+		x.won, x.after = wonFrames{}, x.Host
+		var took sizing.Reservation
+		for _, p := range x.booked {
+			if v, ok := winners[p.frame.ID]; ok {
+				x.won.frames = append(x.won.frames, p.frame.ID)
+				x.won.versions = append(x.won.versions, v)
+				took.Cores += p.res.Cores
+				took.MemKB += p.res.MemKB
+				took.GPUs += p.res.GPUs
+				took.GPUMemKB += p.res.GPUMemKB
+			}
+		}
+		if len(x.won.frames) == 0 {
+			continue
+		}
+		if h, ok := rowsByHost[x.Host.ID]; ok {
+			x.after.IdleCores, x.after.IdleGPUs, x.after.IdleGPUMemKB = h.cores, h.gpus, h.gpuMemKB
+			x.after.IdleMemKB = min(h.mem, x.Host.IdleMemKB-took.MemKB)
+		} else {
+			x.after.Take(took)
+		}
+	}
+	return room, false, false, time.Time{}, nil
 }
