@@ -347,7 +347,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 	s.Matcher = matcher.New(s.pool, hosts, s.Dispatcher, matcher.Config{
 		Attempts: q.HostCandidateAttemptsPerLayer, FramesPerLayer: q.DispatchFramesPerLayerLimit, FramesPerJob: q.DispatchFramesPerJobLimit,
 		MaxConcurrentLayers: max(maxLayers, 1), Policy: policy, Schema: &schema,
-		HostQuarantine: q.HostQuarantine.D(), Spread: spread, SeatPacking: q.SeatPacking,
+		HostQuarantine: q.HostQuarantine.D(), Spread: spread, SeatPacking: q.SeatPacking, HostsPerBatch: q.HostsPerTransaction,
 	}, matcher.Options{Logger: log, Registerer: d.Registerer, Backoff: s.Backoff, Guard: guard, Reservations: s.Reservations,
 		Sizer: sizer, Fence: fence, Seats: s.Publisher})
 

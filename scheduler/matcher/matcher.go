@@ -119,6 +119,13 @@ type Dispatcher interface {
 	Dispatch(ctx context.Context, l *jobs.Layer, frames []jobs.Frame, h sizing.Host) dispatch.Result
 }
 
+// GroupDispatcher is optionally implemented by the Dispatcher
+// (dispatch.Dispatcher): it books one layer's frames on several hosts in
+// one transaction, one result per part (Config.HostsPerBatch).
+type GroupDispatcher interface {
+	DispatchGroup(ctx context.Context, l *jobs.Layer, parts []dispatch.Part) []dispatch.Result
+}
+
 // Config holds the matcher's knobs.
 type Config struct {
 	// Attempts is host_candidate_attempts_per_layer (10).
@@ -145,6 +152,13 @@ type Config struct {
 	// Spread caps one layer's share of a host (queue.layer_spread; the
 	// zero Spread caps nothing).
 	Spread Spread
+	// HostsPerBatch (queue.hosts_per_transaction) is how many hosts one
+	// booking transaction may span: when the host checked out cannot take
+	// all of a layer's remaining frames, more are checked out (each with
+	// the same Accept, the job's budget counting the frames planned on the
+	// others) until the frames are placed or this many hosts are held.
+	// 0 or 1: one host per transaction. Needs a GroupDispatcher.
+	HostsPerBatch int
 	// SeatPacking (queue.seat_packing) places a layer under node-locked
 	// limits on hosts holding a seat first (see seats.go); it needs
 	// Options.Seats.
@@ -643,23 +657,63 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 				return r
 			}
 		}
-		res := m.disp.Dispatch(ctx, l, remaining, host)
-		if len(res.Dispatched)+len(res.Claimed)+len(res.LaunchFailed) > 0 {
-			m.bookedJob(l.JobID)
+		parts := []dispatch.Part{{Host: host, Frames: remaining}}
+		gd, group := m.disp.(GroupDispatcher)
+		if group && m.cfg.HostsPerBatch > 1 && !packing {
+			parts = m.moreHosts(ctx, req, l, parts, &fits, keep, limit)
 		}
-		res.Host.KeepCores, res.Host.KeepMemKB = 0, 0
-		if o, ok := m.hosts.(BookingObserver); ok && len(res.Dispatched) > 0 {
-			o.Booked(res.Host, l.ID, len(res.Dispatched), res.CoresBooked)
-		}
-		m.hosts.Checkin(res.Host)
-		if len(res.LaunchFailed) > 0 {
-			m.quarantineHost(host.ID)
+		var results []dispatch.Result
+		if len(parts) == 1 {
+			results = []dispatch.Result{m.disp.Dispatch(ctx, l, remaining, host)}
+		} else {
+			results = gd.DispatchGroup(ctx, l, parts)
 		}
 
-		drop := make(map[string]bool, len(res.Dispatched)+len(res.Claimed)+len(res.LaunchFailed))
-		for _, ids := range [][]string{res.Dispatched, res.Claimed, res.LaunchFailed} {
-			for _, id := range ids {
-				drop[id] = true
+		drop := make(map[string]bool, len(remaining))
+		stop, stopAt, retry := dispatch.Done, -1, false
+		for i, res := range results {
+			h := parts[i].Host
+			if len(res.Dispatched)+len(res.Claimed)+len(res.LaunchFailed) > 0 {
+				m.bookedJob(l.JobID)
+			}
+			res.Host.KeepCores, res.Host.KeepMemKB = 0, 0
+			if o, ok := m.hosts.(BookingObserver); ok && len(res.Dispatched) > 0 {
+				o.Booked(res.Host, l.ID, len(res.Dispatched), res.CoresBooked)
+			}
+			m.hosts.Checkin(res.Host)
+			if len(res.LaunchFailed) > 0 {
+				m.quarantineHost(h.ID)
+			}
+			for _, ids := range [][]string{res.Dispatched, res.Claimed, res.LaunchFailed} {
+				for _, id := range ids {
+					drop[id] = true
+				}
+			}
+			switch res.Stop {
+			case dispatch.Reserved:
+				refused = append(refused, h.ID)
+				retry = true
+			case dispatch.HostStale:
+				retry = true
+			}
+			r.dispatched += len(res.Dispatched)
+			l.JobCoresLive += res.CoresBooked
+			if res.Err != nil {
+				m.log.Warn("dispatch failed", "layer", l.Name, "host", h.Name, "error", res.Err)
+			}
+			// The batch's stop: the first part's that ends the layer, else
+			// the last part's.
+			if stopAt < 0 {
+				stop = res.Stop
+				switch res.Stop {
+				case dispatch.Done, dispatch.HostFull, dispatch.HostStale, dispatch.Reserved:
+				default:
+					stopAt = i
+				}
+				seatStop = res.Seat != nil
+				if res.Limit != nil {
+					r.table = res.Limit.Table
+				}
 			}
 		}
 		if len(drop) > 0 {
@@ -671,24 +725,12 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 			}
 			remaining = kept
 		}
-		if res.Stop == dispatch.Reserved {
-			refused = append(refused, host.ID)
-		}
-		r.dispatched += len(res.Dispatched)
-		l.JobCoresLive += res.CoresBooked
-		r.stop = res.Stop
-		seatStop = res.Seat != nil
-		if res.Limit != nil {
-			r.table = res.Limit.Table
-		}
-		if res.Err != nil {
-			m.log.Warn("dispatch failed", "layer", l.Name, "host", host.Name, "error", res.Err)
-		}
-		switch res.Stop {
+		r.stop = stop
+		switch stop {
 		case dispatch.Done, dispatch.HostFull, dispatch.HostStale, dispatch.Reserved:
 			// Reserved: the host was reserved since the checkout (the
 			// booking script refused it); another host may take the frames.
-			if len(drop) == 0 && res.Stop != dispatch.HostStale && res.Stop != dispatch.Reserved {
+			if len(drop) == 0 && !retry {
 				// A host that took nothing: do not spin on this layer.
 				// (Not by setting attempts to the maximum: they are
 				// observed below, issue #26.)
@@ -727,4 +769,42 @@ func (m *Matcher) processLayer(ctx context.Context, c *clusters.Cluster, l *jobs
 		m.log.Trace("no host for layer; backing off", "layer", l.Name, "cluster", c.Key(), "for", d)
 	}
 	return r
+}
+
+// moreHosts grows a batch whose last host cannot take all its frames: it
+// checks out more hosts with the same request (Accept sizing against the
+// job's budget less the frames planned on the hosts before) and gives each
+// the frames it takes, the last one the rest, until every frame has a
+// host, a host takes none, no host fits or Config.HostsPerBatch are held.
+// fits is the request's fitter, replaced as the budget shrinks; keep and
+// limit are applied to each new host as to the first.
+func (m *Matcher) moreHosts(ctx context.Context, req HostRequest, l *jobs.Layer, parts []dispatch.Part,
+	fits *func(*sizing.Host) bool, keep func(*sizing.Host), limit func(*sizing.Host) bool) []dispatch.Part {
+	shape := l.Shape
+	for len(parts) < m.cfg.HostsPerBatch {
+		last := &parts[len(parts)-1]
+		sized, why := m.cfg.Policy.Plan(last.Host, shape, len(last.Frames))
+		if why == sizing.JobAtCap || len(sized) == 0 || len(sized) >= len(last.Frames) {
+			break
+		}
+		for _, r := range sized {
+			shape.JobCoresLive += r.Cores
+		}
+		*fits = m.cfg.Policy.Fitter(shape)
+		h, err := m.hosts.Checkout(ctx, req)
+		if err != nil {
+			if !errors.Is(err, ErrNoCandidate) {
+				m.log.Debug("no further host for the batch", "layer", l.Name, "error", err)
+			}
+			break
+		}
+		keep(&h)
+		if limit != nil {
+			limit(&h)
+		}
+		rest := last.Frames[len(sized):]
+		last.Frames = last.Frames[:len(sized):len(sized)]
+		parts = append(parts, dispatch.Part{Host: h, Frames: rest})
+	}
+	return parts
 }

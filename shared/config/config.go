@@ -154,11 +154,15 @@ type Queue struct {
 	// DispatchFramesPerJobLimit caps the frames one job books in one pass,
 	// over all its layers, so a job's share of a pass does not grow with
 	// its layer count (0: no cap, round 1).
-	DispatchFramesPerJobLimit int      `yaml:"dispatch_frames_per_job_limit"`
-	CoreMultiplier            int      `yaml:"core_multiplier"`
-	MemoryStrandedThreshold   Size     `yaml:"memory_stranded_threshold"`
-	ClusterEmptySleep         Duration `yaml:"cluster_empty_sleep"`
-	ClusterSaturatedSleep     Duration `yaml:"cluster_saturated_sleep"`
+	DispatchFramesPerJobLimit int `yaml:"dispatch_frames_per_job_limit"`
+	// HostsPerTransaction is how many hosts one booking transaction may
+	// span: a layer's frames that do not fit on one host go to the next
+	// hosts in the same transaction (1: one host per transaction, round 1).
+	HostsPerTransaction     int      `yaml:"hosts_per_transaction"`
+	CoreMultiplier          int      `yaml:"core_multiplier"`
+	MemoryStrandedThreshold Size     `yaml:"memory_stranded_threshold"`
+	ClusterEmptySleep       Duration `yaml:"cluster_empty_sleep"`
+	ClusterSaturatedSleep   Duration `yaml:"cluster_saturated_sleep"`
 	// PassTimeout bounds one pass of a cluster (its job query, its jobs'
 	// layer queries and batches): a pass stuck on the database ends, and
 	// its worker takes the next cluster.
@@ -456,6 +460,7 @@ func Default() Config {
 		},
 		Queue: Queue{
 			DispatchFramesPerLayerLimit:   20,
+			HostsPerTransaction:           8,
 			DispatchFramesPerJobLimit:     20,
 			CoreMultiplier:                100,
 			MemoryStrandedThreshold:       2 * GiB,

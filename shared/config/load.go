@@ -290,6 +290,7 @@ func (c Config) Validate() error {
 		v   int
 	}{
 		{"queue.dispatch_frames_per_layer_limit", c.Queue.DispatchFramesPerLayerLimit},
+		{"queue.hosts_per_transaction", c.Queue.HostsPerTransaction},
 		{"queue.core_multiplier", c.Queue.CoreMultiplier},
 		{"queue.stream.cluster_buffer_size", c.Queue.Stream.ClusterBufferSize},
 		{"queue.stream.job_buffer_size", c.Queue.Stream.JobBufferSize},
