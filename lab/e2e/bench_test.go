@@ -38,8 +38,9 @@ func envInt(name string, def int) int {
 // (scheduler with its host cache and accounting loops, sidecar, fake RQD,
 // Cuebot emulator) on a farm of CUESCHED_BENCH_HOSTS hosts (1,500) and
 // CUESCHED_BENCH_FRAMES waiting frames (20,000), next to pgbench running
-// the dispatcher's own booking transaction (ClaimSQL + HostSQL, the same
-// batch size, as many clients as the scheduler has concurrent passes) on an
+// the dispatcher's own booking transaction (ClaimSQL + HostSQL, as many
+// frames per transaction as the scheduler's phase 1 averaged, on one host
+// each, as many clients as the scheduler has concurrent passes) on an
 // identical farm in the same run.
 //
 // Metrics: frames/s is end to end (until every frame has run and been
@@ -138,7 +139,8 @@ type benchResult struct {
 	calls      int64         // the scheduler's statements (pg_stat_statements)
 	rows       int64
 	blocks     int64
-	perBatch   int // average frames per booking transaction
+	perBatch   int // average frames per host batch
+	perTx      int // average frames per booking transaction (a batch may span several hosts)
 }
 
 // runBenchPhase runs one scheduler (production defaults) with the sidecar,
@@ -277,6 +279,8 @@ func runBenchPhase(b *testing.B, hosts, frames int, endToEnd bool, mod func(*con
 		}
 	}
 	r.perBatch = max(int(float64(f.frames)/max(nbatch, 1)+0.5), 1)
+	ntx, _ := histMean(b, reg, "scheduler_dispatch_transaction_duration_seconds")
+	r.perTx = max(int(float64(f.frames)/max(float64(ntx), 1)+0.5), 1)
 	var means []string
 	for _, h := range []string{"scheduler_dispatch_batch_duration_seconds", "scheduler_dispatch_transaction_duration_seconds",
 		"scheduler_accounting_booking_duration_seconds", "scheduler_rqd_launch_duration_seconds", "scheduler_job_query_duration_seconds"} {
@@ -285,9 +289,9 @@ func runBenchPhase(b *testing.B, hosts, frames int, endToEnd bool, mod func(*con
 		}
 	}
 	b.Logf("  latencies: %s", strings.Join(means, "; "))
-	b.Logf("  %d frames started in %s (%.0f frames/s), drained in %s; %.0f batches (~%d frames each) %v",
+	b.Logf("  %d frames started in %s (%.0f frames/s), drained in %s; %.0f host batches (~%d frames each) in %d transactions (~%d frames each) %v",
 		f.frames, r.dispatched.Round(time.Millisecond), float64(f.frames)/r.dispatched.Seconds(),
-		r.drained.Round(time.Millisecond), nbatch, r.perBatch, batches)
+		r.drained.Round(time.Millisecond), nbatch, r.perBatch, ntx, r.perTx, batches)
 	return r
 }
 
@@ -305,6 +309,7 @@ func Round1(c *config.Config) {
 	c.Queue.LayerSpread.Enabled = false
 	c.Queue.GPUProtection = false
 	c.Queue.Reservations.Enabled = false
+	c.Queue.HostsPerTransaction = 1
 }
 
 // median of a non-empty slice (the mean of the middle two for an even count).
@@ -353,7 +358,10 @@ func runEndToEndBench(b *testing.B, hosts, frames int) {
 	b.Log("phase 2: end to end (frames run 10-50 ms, the emulator completes them, the sidecar releases them)")
 	e2e := runBenchPhase(b, hosts, frames, true, nil)
 	b.Log("phase 3: pgbench running the booking transaction")
-	pgbenchFPS := runPgbench(b, hosts, frames, solo.perBatch, config.Default().Queue.Stream.ClusterBufferSize*config.Default().Queue.Stream.JobBufferSize)
+	// The same frames per transaction as the scheduler's, on one host
+	// each (pgbench runs the one-host statements), at most a bench host's
+	// 16 cores.
+	pgbenchFPS := runPgbench(b, hosts, frames, min(solo.perTx, 16), config.Default().Queue.Stream.ClusterBufferSize*config.Default().Queue.Stream.JobBufferSize)
 
 	e2eFPS := float64(e2e.frames) / e2e.drained.Seconds()
 	b.ReportMetric(e2eFPS, "frames/s")
