@@ -20,6 +20,8 @@
 //	              jobs.Backoff keeps layers that found no host out for a while.
 //	(4) matcher    per layer: a permit, then up to N checkouts of a host
 //	              from the host cache; each candidate must pass Accept.
+//	              Frames one host cannot take go to further hosts in the
+//	              same batch (queue.hosts_per_transaction).
 //	(5) hostcache  the B-tree of idle capacity kept by logical replication;
 //	              Checkout scores a bounded candidate set (E-PVM, locality)
 //	              and lends the host out until check-in.
@@ -31,7 +33,8 @@
 //	              matcher and the dispatcher alike.
 //	(7) dispatch   book in Redis (publisher, book.lua: burst and caps,
 //	              atomically), claim in Postgres (frame RUNNING, proc, host
-//	              in one transaction), roll back the losers, then launch.
+//	              in one transaction, for every host of the batch), roll
+//	              back the losers, then launch.
 //	(8) runframe,  the RunFrame Cuebot would send (framespec: command
 //	   rqdclient  tokens, environment), over gRPC to the host's RQD.
 //	(9) (sidecar)  when Cuebot deletes the proc at completion, the sidecar
