@@ -131,10 +131,14 @@ func runScale(ctx context.Context, w *World) error {
 		return err
 	}
 	t0 := w.Fake.Totals()
+	pipe0 := w.pipeline()
+	emu0 := w.Emu.Stats()
 	if err := Sleep(ctx, scaleSustain); err != nil {
 		return err
 	}
 	t1 := w.Fake.Totals()
+	emu1 := w.Emu.Stats()
+	w.Note("once full, over the %s window: %s", scaleSustain, w.pipeline().since(pipe0))
 	cpu1 := processCPU()
 	elapsed := time.Since(start).Seconds()
 	launchRate := float64(t1.Launched-t0.Launched) / scaleSustain.Seconds()
@@ -145,6 +149,11 @@ func runScale(ctx context.Context, w *World) error {
 	w.Metric("frames started per second during the fill", float64(filled.Launched)/fillSecs, Info, 0, "")
 	w.Metric("sustained lifecycles/s once full (launches)", launchRate, Info, 0, "")
 	w.Metric("sustained completions/s once full", endRate, Info, 0, "")
+	// What the scheduler can re-book is what Cuebot's completion path
+	// (emulated) has released in the database, not what the render nodes
+	// finished: the launches follow this rate, not the one above.
+	w.Metric("completions/s once full through the Cuebot emulator (procs released in the database)",
+		float64(emu1.Completed-emu0.Completed)/scaleSustain.Seconds(), Info, 0, "")
 	rss := samples.maxRSS()
 	w.Metric("process RSS, max (schedulers + sidecar + fakes in one process)", float64(rss>>20), AtMost, 1024, " MiB")
 	w.Metric("Go heap growth per host, scheduler start to full (host cache + in flight; upper bound)",
@@ -580,4 +589,45 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// pipelineCounts are the schedulers' pass and batch counters at one time.
+type pipelineCounts struct {
+	passes, stops             map[string]float64
+	planned, delivered        float64
+	noCandidate, transactions float64
+}
+
+func (w *World) pipeline() pipelineCounts {
+	return pipelineCounts{
+		passes:       w.CounterBy("scheduler_passes_total", "reason"),
+		stops:        w.CounterBy("scheduler_dispatch_batches_total", "stop"),
+		planned:      w.Counter("scheduler_pass_planned_frames_total", "", ""),
+		delivered:    w.Counter("scheduler_pass_delivered_frames_total", "", ""),
+		noCandidate:  w.Counter("scheduler_no_candidate_iterations_total", "", ""),
+		transactions: w.histCount("scheduler_dispatch_transaction_duration_seconds"),
+	}
+}
+
+// since says what the pipeline did between p0 and p: passes by how they
+// ended, host batches by stop, booking transactions, frames planned and
+// delivered by the passes, and layers that found no host.
+func (p pipelineCounts) since(p0 pipelineCounts) string {
+	diff := func(a, b map[string]float64) string {
+		var keys []string
+		for k, v := range a {
+			if v-b[k] > 0 {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		var parts []string
+		for _, k := range keys {
+			parts = append(parts, fmt.Sprintf("%s %.0f", k, a[k]-b[k]))
+		}
+		return strings.Join(parts, ", ")
+	}
+	return fmt.Sprintf("passes {%s}; host batches {%s} in %.0f transactions; pass frames planned %.0f, delivered %.0f; no-candidate layer iterations %.0f",
+		diff(p.passes, p0.passes), diff(p.stops, p0.stops), p.transactions-p0.transactions,
+		p.planned-p0.planned, p.delivered-p0.delivered, p.noCandidate-p0.noCandidate)
 }

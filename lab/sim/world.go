@@ -596,6 +596,51 @@ func (w *World) Counter(name, label, value string) float64 {
 	return sum
 }
 
+// histCount sums the observation count of a histogram over every
+// scheduler instance's registry.
+func (w *World) histCount(name string) float64 {
+	var n float64
+	for _, in := range w.scheds {
+		fams, err := in.reg.Gather()
+		if err != nil {
+			continue
+		}
+		for _, f := range fams {
+			if f.GetName() == name {
+				for _, m := range f.GetMetric() {
+					n += float64(m.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+	}
+	return n
+}
+
+// CounterBy sums a counter of every scheduler instance's registry by the
+// value of one label.
+func (w *World) CounterBy(name, label string) map[string]float64 {
+	out := map[string]float64{}
+	for _, in := range w.scheds {
+		fams, err := in.reg.Gather()
+		if err != nil {
+			continue
+		}
+		for _, f := range fams {
+			if f.GetName() != name {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == label {
+						out[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
 // Elapsed is the time since Start.
 func (w *World) Elapsed() time.Duration { return time.Since(w.started) }
 
