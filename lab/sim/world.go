@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cuesched/cuesched/proto/rqdpb"
@@ -569,30 +570,37 @@ func (w *World) StopSampling() {
 	}
 }
 
-// Counter sums a counter of every scheduler instance's registry over the
-// series whose labels include label=value (label "" sums every series).
-func (w *World) Counter(name, label, value string) float64 {
-	var sum float64
+// series calls f with every series of the metric name in every scheduler
+// instance's registry.
+func (w *World) series(name string, f func(m *dto.Metric)) {
 	for _, in := range w.scheds {
 		fams, err := in.reg.Gather()
 		if err != nil {
 			continue
 		}
-		for _, f := range fams {
-			if f.GetName() != name {
-				continue
-			}
-			for _, m := range f.GetMetric() {
-				ok := label == ""
-				for _, l := range m.GetLabel() {
-					ok = ok || (l.GetName() == label && l.GetValue() == value)
-				}
-				if ok {
-					sum += m.GetCounter().GetValue()
+		for _, fam := range fams {
+			if fam.GetName() == name {
+				for _, m := range fam.GetMetric() {
+					f(m)
 				}
 			}
 		}
 	}
+}
+
+// Counter sums a counter of every scheduler instance's registry over the
+// series whose labels include label=value (label "" sums every series).
+func (w *World) Counter(name, label, value string) float64 {
+	var sum float64
+	w.series(name, func(m *dto.Metric) {
+		ok := label == ""
+		for _, l := range m.GetLabel() {
+			ok = ok || (l.GetName() == label && l.GetValue() == value)
+		}
+		if ok {
+			sum += m.GetCounter().GetValue()
+		}
+	})
 	return sum
 }
 
@@ -600,19 +608,7 @@ func (w *World) Counter(name, label, value string) float64 {
 // scheduler instance's registry.
 func (w *World) histCount(name string) float64 {
 	var n float64
-	for _, in := range w.scheds {
-		fams, err := in.reg.Gather()
-		if err != nil {
-			continue
-		}
-		for _, f := range fams {
-			if f.GetName() == name {
-				for _, m := range f.GetMetric() {
-					n += float64(m.GetHistogram().GetSampleCount())
-				}
-			}
-		}
-	}
+	w.series(name, func(m *dto.Metric) { n += float64(m.GetHistogram().GetSampleCount()) })
 	return n
 }
 
@@ -620,24 +616,13 @@ func (w *World) histCount(name string) float64 {
 // value of one label.
 func (w *World) CounterBy(name, label string) map[string]float64 {
 	out := map[string]float64{}
-	for _, in := range w.scheds {
-		fams, err := in.reg.Gather()
-		if err != nil {
-			continue
-		}
-		for _, f := range fams {
-			if f.GetName() != name {
-				continue
-			}
-			for _, m := range f.GetMetric() {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == label {
-						out[l.GetValue()] += m.GetCounter().GetValue()
-					}
-				}
+	w.series(name, func(m *dto.Metric) {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == label {
+				out[l.GetValue()] += m.GetCounter().GetValue()
 			}
 		}
-	}
+	})
 	return out
 }
 

@@ -21,12 +21,21 @@ func groupParts(frames []jobs.Frame, hosts []sizing.Host, counts ...int) []dispa
 	return parts
 }
 
+// threeHosts seeds three 4-core hosts and a job of one layer of ten 1-core
+// frames (mod may change the job), and returns the hosts and the layer.
+func threeHosts(h *harness, mod func(*farmseed.JobSpec)) ([]sizing.Host, *jobs.Layer) {
+	hosts := []sizing.Host{h.host(farmseed.HostSpec{Cores: 4}), h.host(farmseed.HostSpec{Cores: 4}), h.host(farmseed.HostSpec{Cores: 4})}
+	js := farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 10, NotThreadable: true, MemKB: farmseed.GB}}}
+	if mod != nil {
+		mod(&js)
+	}
+	return hosts, h.layers(h.job(js))[0]
+}
+
 func TestDispatchGroupBooksSeveralHostsInOneTransaction(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	hosts := []sizing.Host{h.host(farmseed.HostSpec{Cores: 4}), h.host(farmseed.HostSpec{Cores: 4}), h.host(farmseed.HostSpec{Cores: 4})}
-	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 10, NotThreadable: true, MemKB: farmseed.GB}}})
-	l := h.layers(j)[0]
+	hosts, l := threeHosts(h, nil)
 	res := h.d.DispatchGroup(context.Background(), l, groupParts(l.Frames, hosts, 4, 4, 2))
 	if len(res) != 3 {
 		t.Fatalf("%d results for 3 parts", len(res))
@@ -63,9 +72,7 @@ func TestDispatchGroupBooksSeveralHostsInOneTransaction(t *testing.T) {
 func TestDispatchGroupStaleHostCostsTheOthersNothing(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	hosts := []sizing.Host{h.host(farmseed.HostSpec{Cores: 4}), h.host(farmseed.HostSpec{Cores: 4}), h.host(farmseed.HostSpec{Cores: 4})}
-	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 10, NotThreadable: true, MemKB: farmseed.GB}}})
-	l := h.layers(j)[0]
+	hosts, l := threeHosts(h, nil)
 	h.exec(`UPDATE host SET int_cores_idle = 200 WHERE pk_host = $1`, hosts[1].ID)
 	res := h.d.DispatchGroup(context.Background(), l, groupParts(l.Frames, hosts, 4, 4, 2))
 	if res[0].Stop != dispatch.Done || len(res[0].Dispatched) != 4 || res[2].Stop != dispatch.Done || len(res[2].Dispatched) != 2 {
@@ -87,10 +94,8 @@ func TestDispatchGroupStaleHostCostsTheOthersNothing(t *testing.T) {
 func TestDispatchGroupLimitCountsAcrossHosts(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	hosts := []sizing.Host{h.host(farmseed.HostSpec{Cores: 4}), h.host(farmseed.HostSpec{Cores: 4}), h.host(farmseed.HostSpec{Cores: 4})}
 	lim := h.must(h.seed.Limit(context.Background(), "licence", 5))
-	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 10, NotThreadable: true, MemKB: farmseed.GB, Limits: []string{lim}}}})
-	l := h.layers(j)[0]
+	hosts, l := threeHosts(h, func(js *farmseed.JobSpec) { js.Layers[0].Limits = []string{lim} })
 	res := h.d.DispatchGroup(context.Background(), l, groupParts(l.Frames, hosts, 4, 4, 2))
 	if len(res[0].Dispatched) != 4 || res[0].Stop != dispatch.Done {
 		t.Fatalf("first host: %+v", res[0])
@@ -111,9 +116,7 @@ func TestDispatchGroupLimitCountsAcrossHosts(t *testing.T) {
 func TestDispatchGroupJobBudgetCarriesAcrossHosts(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	hosts := []sizing.Host{h.host(farmseed.HostSpec{Cores: 4}), h.host(farmseed.HostSpec{Cores: 4}), h.host(farmseed.HostSpec{Cores: 4})}
-	j := h.job(farmseed.JobSpec{MaxCores: 6, Layers: []farmseed.LayerSpec{{Frames: 10, NotThreadable: true, MemKB: farmseed.GB}}})
-	l := h.layers(j)[0]
+	hosts, l := threeHosts(h, func(js *farmseed.JobSpec) { js.MaxCores = 6 })
 	res := h.d.DispatchGroup(context.Background(), l, groupParts(l.Frames, hosts, 4, 4, 2))
 	if len(res[0].Dispatched) != 4 || len(res[1].Dispatched) != 2 || res[1].Stop != dispatch.JobAtCap ||
 		len(res[2].Dispatched) != 0 || res[2].Stop != dispatch.JobAtCap {

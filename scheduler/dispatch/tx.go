@@ -150,6 +150,41 @@ WITH took AS (
 )
 SELECT took.n, upd.cores, upd.mem, upd.gpus, upd.gpu_mem FROM took LEFT JOIN upd ON true`
 
+// readClaim reads the start of a booking pipeline: the limit locks (when
+// limits were queued) and the claim's rows, handing each frame started
+// and its new version to won. room is the limit headroom (-1: no limit),
+// jobOK whether the job was still dispatchable.
+func readClaim(br pgx.BatchResults, limits []string, won func(frame string, ver int32)) (room int, jobOK bool, err error) {
+	room, jobOK = -1, true
+	if len(limits) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return room, jobOK, fmt.Errorf("lock limits %v: %w", limits, err)
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return room, jobOK, fmt.Errorf("claim frames: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r int64
+		var frame *string
+		var ver *int32
+		if err := rows.Scan(&r, &jobOK, &frame, &ver); err != nil {
+			return room, jobOK, fmt.Errorf("claim frames: %w", err)
+		}
+		room = int(r)
+		if frame != nil && ver != nil {
+			won(*frame, *ver)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return room, jobOK, fmt.Errorf("claim frames: %w", err)
+	}
+	return room, jobOK, nil
+}
+
 type wonFrames struct {
 	frames   []string
 	versions []int32
@@ -222,32 +257,13 @@ func (d *Dispatcher) commit(ctx context.Context, conn *pgxpool.Conn, l *jobs.Lay
 	var took int64
 	var hostRow [4]*int64
 	err = func() error {
-		if len(limits) > 0 {
-			if _, err := br.Exec(); err != nil {
-				return fmt.Errorf("lock limits %v: %w", limits, err)
-			}
-		}
-		rows, err := br.Query()
+		var err error
+		room, jobOK, err = readClaim(br, limits, func(frame string, ver int32) {
+			won.frames = append(won.frames, frame)
+			won.versions = append(won.versions, ver)
+		})
 		if err != nil {
-			return fmt.Errorf("claim frames: %w", err)
-		}
-		for rows.Next() {
-			var r int64
-			var frame *string
-			var ver *int32
-			if err := rows.Scan(&r, &jobOK, &frame, &ver); err != nil {
-				rows.Close()
-				return fmt.Errorf("claim frames: %w", err)
-			}
-			room = int(r)
-			if frame != nil && ver != nil {
-				won.frames = append(won.frames, *frame)
-				won.versions = append(won.versions, *ver)
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("claim frames: %w", err)
+			return err
 		}
 		if err := br.QueryRow().Scan(&took, &hostRow[0], &hostRow[1], &hostRow[2], &hostRow[3]); err != nil {
 			return fmt.Errorf("take host resources: %w", err)
@@ -548,36 +564,15 @@ func (d *Dispatcher) commitGroup(ctx context.Context, conn *pgxpool.Conn, l *job
 	}
 	rowsByHost := map[string]hostRow{}
 	err = func() error {
-		if len(limits) > 0 {
-			if _, err := br.Exec(); err != nil {
-				return fmt.Errorf("lock limits %v: %w", limits, err)
-			}
-		}
-		rows, err := br.Query()
+		var err error
+		room, jobOK, err = readClaim(br, limits, func(frame string, ver int32) { winners[frame] = ver })
 		if err != nil {
-			return fmt.Errorf("claim frames: %w", err)
-		}
-		for rows.Next() {
-			var r int64
-			var frame *string
-			var ver *int32
-			if err := rows.Scan(&r, &jobOK, &frame, &ver); err != nil {
-				rows.Close()
-				return fmt.Errorf("claim frames: %w", err)
-			}
-			room = int(r)
-			if frame != nil && ver != nil {
-				winners[*frame] = *ver
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("claim frames: %w", err)
+			return err
 		}
 		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("lock hosts: %w", err)
 		}
-		rows, err = br.Query()
+		rows, err := br.Query()
 		if err != nil {
 			return fmt.Errorf("take host resources: %w", err)
 		}
