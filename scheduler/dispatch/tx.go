@@ -150,6 +150,26 @@ WITH took AS (
 )
 SELECT took.n, upd.cores, upd.mem, upd.gpus, upd.gpu_mem FROM took LEFT JOIN upd ON true`
 
+// startBatch begins a booking pipeline for layer l on conn: the limit
+// locks first (when the layer has limits). It returns the layer's limit
+// ids (never nil), the backend running the batch for resolving an unknown
+// outcome (procsFound; it was alive before the batch went out, 0 when not
+// known) and the time the batch went out.
+func (d *Dispatcher) startBatch(conn *pgxpool.Conn, l *jobs.Layer) (b *pgx.Batch, limits []string, pid uint32, sent time.Time) {
+	limits = l.LimitIDs
+	if limits == nil {
+		limits = []string{}
+	}
+	if d.pids.Load() == pidReal {
+		pid = conn.Conn().PgConn().PID()
+	}
+	b = &pgx.Batch{}
+	if len(limits) > 0 {
+		b.Queue(lockLimitsSQL, limits)
+	}
+	return b, limits, pid, time.Now()
+}
+
 // readClaim reads the start of a booking pipeline: the limit locks (when
 // limits were queued) and the claim's rows, handing each frame started
 // and its new version to won. room is the limit headroom (-1: no limit),
@@ -232,22 +252,7 @@ func (d *Dispatcher) commit(ctx context.Context, conn *pgxpool.Conn, l *jobs.Lay
 		frameIDs[i], procs[i], versions[i] = p.frame.ID, p.proc, p.frame.Version
 		cores[i], mem[i], gpus[i], gpuMem[i] = p.res.Cores, p.res.MemKB, p.res.GPUs, p.res.GPUMemKB
 	}
-	limits := l.LimitIDs
-	if limits == nil {
-		limits = []string{}
-	}
-
-	// The backend running the batch, for resolving an unknown outcome
-	// (procsFound): it was alive before the batch went out.
-	var pid uint32
-	if d.pids.Load() == pidReal {
-		pid = conn.Conn().PgConn().PID()
-	}
-	sent := time.Now()
-	b := &pgx.Batch{}
-	if len(limits) > 0 {
-		b.Queue(lockLimitsSQL, limits)
-	}
+	b, limits, pid, sent := d.startBatch(conn, l)
 	b.Queue(d.claim, frameIDs, procs, versions, cores, mem, gpus, gpuMem,
 		h.Name, l.ShowID, limits, h.ID, l.ID, l.JobID, d.cfg.Policy.MinMemKB)
 	b.Queue(HostTakeSQL, h.ID, procs)
@@ -537,19 +542,7 @@ func (d *Dispatcher) commitGroup(ctx context.Context, conn *pgxpool.Conn, l *job
 			hostNames, hostIDs = append(hostNames, x.Host.Name), append(hostIDs, x.Host.ID)
 		}
 	}
-	limits := l.LimitIDs
-	if limits == nil {
-		limits = []string{}
-	}
-	var pid uint32
-	if d.pids.Load() == pidReal {
-		pid = conn.Conn().PgConn().PID()
-	}
-	sent := time.Now()
-	b := &pgx.Batch{}
-	if len(limits) > 0 {
-		b.Queue(lockLimitsSQL, limits)
-	}
+	b, limits, pid, sent := d.startBatch(conn, l)
 	b.Queue(d.claimGroup, frameIDs, procs, versions, cores, mem, gpus, gpuMem,
 		hostNames, l.ShowID, limits, hostIDs, l.ID, l.JobID, d.cfg.Policy.MinMemKB)
 	b.Queue(lockHostsSQL, hosts)
