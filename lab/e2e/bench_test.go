@@ -38,7 +38,8 @@ func envInt(name string, def int) int {
 // (scheduler with its host cache and accounting loops, sidecar, fake RQD,
 // Cuebot emulator) on a farm of CUESCHED_BENCH_HOSTS hosts (1,500) and
 // CUESCHED_BENCH_FRAMES waiting frames (20,000), next to pgbench running
-// the dispatcher's own booking transaction (ClaimSQL + HostSQL, as many
+// the dispatcher's booking transaction (ClaimSQL, whose per-frame-host
+// form the dispatcher runs, + HostSQL, as many
 // frames per transaction as the scheduler's phase 1 averaged, on one host
 // each, as many clients as the scheduler has concurrent passes) on an
 // identical farm in the same run.

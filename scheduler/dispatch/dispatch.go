@@ -47,10 +47,10 @@
 //     claim and goes in the same round trip); Cuebot's verify_host_resources
 //     trigger refuses an idle value below zero, in which case the cache was
 //     stale and everything is rolled back.
-//     A group batch (several hosts, DispatchGroup) runs the same claim with
-//     a host per frame, locks its hosts in key order (lockHostsSQL) and
-//     updates them in one statement (HostTakeGroupSQL); if any host is
-//     stale the group rolls back and each host's batch is committed on its
+//     The claim names a host per frame, so a batch may span several hosts
+//     (DispatchGroup): it then locks its hosts in key order
+//     (lockHostsSQL) before HostTakeSQL updates them all; if any host is
+//     stale the batch rolls back and each host's part is committed on its
 //     own, so the others still start.
 //     Frames, then layer_stat/job_stat (the frame triggers), then host: the
 //     same lock order as Cuebot's completion path, so the two do not
@@ -187,10 +187,8 @@ type Dispatcher struct {
 	limits runframe.Limits
 	log    hclog.Logger
 	m      *metrics
-	claim  string // ClaimSQL adapted to the schema
-	// claimGroup is claim for a batch on several hosts (claimGroupSQL).
-	claimGroup string
-	resv       OwnerBooked
+	claim  string // claimGroupSQL of ClaimSQL adapted to the schema
+	resv   OwnerBooked
 	// pids: whether a connection's PgConn().PID() is its server backend
 	// (pidUnknown until the first connection is checked; pidPooler behind
 	// a pooler such as PgBouncer, where it is not).
@@ -233,13 +231,13 @@ func New(pool *pgxpool.Pool, acct Accounting, rqd Launcher, cfg Config, o Option
 		limits: runframe.Limits{Soft: cfg.SoftLimit, Hard: cfg.HardLimit, CoreUnit: cfg.Policy.Unit()},
 		log:    log.Named("dispatch"),
 		m:      newMetrics(o.Registerer),
-		claim:  ClaimSQL,
 		resv:   o.Reservations,
 	}
+	claim := ClaimSQL
 	if cfg.Schema != nil {
-		d.claim = cfg.Schema.Adapt(ClaimSQL)
+		claim = cfg.Schema.Adapt(ClaimSQL)
 	}
-	d.claimGroup = claimGroupSQL(d.claim)
+	d.claim = claimGroupSQL(claim)
 	return d
 }
 
@@ -467,38 +465,22 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, parts []Part) 
 		return ps
 	}
 
-	// 3. The Postgres transaction: one for every part, unless a host was
+	// 3. The Postgres transaction: one for every part; if a host was
 	// stale, then one per part.
 	var resolvedBy time.Time
-	timed := func(f func()) {
+	commit := func(parts []*part) bool {
 		start := time.Now()
-		f()
+		by, stale := d.commit(bctx, conn, l, parts)
 		d.m.txDuration.Observe(time.Since(start).Seconds())
-	}
-	commitOne := func(x *part) {
-		var by time.Time
-		x.base = 0
-		x.won, x.room, x.after, x.stale, x.jobStopped, by, x.err = d.commit(bctx, conn, l, x.Host, x.booked)
 		if by.After(resolvedBy) {
 			resolvedBy = by
 		}
+		return stale
 	}
-	if len(live) == 1 {
-		timed(func() { commitOne(live[0]) })
-	} else {
-		var room int
-		var stale, jobStopped bool
-		var err error
-		timed(func() { room, stale, jobStopped, resolvedBy, err = d.commitGroup(bctx, conn, l, live) })
-		if stale {
-			d.m.groupsSplit.Inc()
-			for _, x := range live {
-				timed(func() { commitOne(x) })
-			}
-		} else {
-			for _, x := range live {
-				x.room, x.jobStopped, x.err = room, jobStopped, err
-			}
+	if commit(live) && len(live) > 1 {
+		d.m.groupsSplit.Inc()
+		for _, x := range live {
+			commit([]*part{x})
 		}
 	}
 	release()

@@ -112,8 +112,8 @@ SELECT room.n, jb.ok, upd.pk_frame, upd.int_version FROM room CROSS JOIN jb LEFT
 // HostSQL takes the started frames' resources off the host, guarded so no
 // idle value goes below zero. $1 host, $2 centicores, $3 memory KB, $4
 // GPUs, $5 GPU memory KB (sums over the frames ClaimSQL started). The
-// dispatcher itself uses HostTakeSQL; HostSQL is the same update for a
-// client that knows the sums (the benchmark's pgbench script).
+// dispatcher itself uses HostTakeSQL; HostSQL is the same update of one
+// host for a client that knows the sums (the benchmark's pgbench script).
 const HostSQL = `
 UPDATE host
    SET int_cores_idle = int_cores_idle - $2, int_mem_idle = int_mem_idle - $3,
@@ -121,34 +121,6 @@ UPDATE host
  WHERE pk_host = $1
    AND int_cores_idle >= $2 AND int_mem_idle >= $3 AND int_gpus_idle >= $4 AND int_gpu_mem_idle >= $5
 RETURNING int_cores_idle, int_mem_idle, int_gpus_idle, int_gpu_mem_idle`
-
-// HostTakeSQL takes the resources of the procs ClaimSQL inserted ($2, the
-// batch's proc ids; only the winners exist) off host $1, in the same
-// transaction and without the client knowing the winners yet, so the
-// claim and the host update go in one round trip. It has no idle >= need
-// guard: Cuebot's own verify_host_resources trigger (BEFORE UPDATE of the
-// idle columns) raises "unable to allocate additional ..." when a value
-// would go below zero, which aborts the whole transaction, exactly as it
-// refuses Cuebot's own over-booking; the dispatcher reads that error as a
-// stale host cache (HostStale). A batch that started nothing updates no
-// row. It returns the number of procs, their sums and the host's idle
-// values after the update (NULL when nothing was started).
-const HostTakeSQL = `
-WITH took AS (
-    SELECT count(*) AS n, COALESCE(SUM(int_cores_reserved), 0)::bigint AS cores,
-           COALESCE(SUM(int_mem_reserved), 0)::bigint AS mem, COALESCE(SUM(int_gpus_reserved), 0)::bigint AS gpus,
-           COALESCE(SUM(int_gpu_mem_reserved), 0)::bigint AS gpu_mem
-    FROM proc WHERE pk_proc = ANY($2::text[]) AND pk_host = $1
-), upd AS (
-    UPDATE host h
-       SET int_cores_idle = h.int_cores_idle - took.cores, int_mem_idle = h.int_mem_idle - took.mem,
-           int_gpus_idle = h.int_gpus_idle - took.gpus, int_gpu_mem_idle = h.int_gpu_mem_idle - took.gpu_mem
-      FROM took
-     WHERE h.pk_host = $1 AND took.n > 0
-    RETURNING h.int_cores_idle::bigint AS cores, h.int_mem_idle::bigint AS mem,
-              h.int_gpus_idle::bigint AS gpus, h.int_gpu_mem_idle::bigint AS gpu_mem
-)
-SELECT took.n, upd.cores, upd.mem, upd.gpus, upd.gpu_mem FROM took LEFT JOIN upd ON true`
 
 // startBatch begins a booking pipeline for layer l on conn: the limit
 // locks first (when the layer has limits). It returns the layer's limit
@@ -225,115 +197,6 @@ func (w wonFrames) version(id string) int32 {
 func staleHost(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "P0001" && strings.HasPrefix(pe.Message, "unable to allocate additional")
-}
-
-// commit runs the booking transaction in one round trip: the limit locks,
-// the claim and the host update, pipelined as one implicit transaction
-// (one Sync: it commits when the last statement succeeds, and any error
-// rolls all of it back; no BEGIN or COMMIT statement). room is the limit
-// headroom it saw (-1 = no limit). stale means the host update was refused
-// (rolled back). won is empty and jobStopped set when the job was no
-// longer dispatchable (paused, or no longer PENDING) inside the
-// transaction. An error the server did not report (the connection lost,
-// the deadline passed) leaves the outcome unknown: it is resolved by
-// looking for the batch's procs on a fresh connection.
-//
-// conn is the connection the bookings named (Booking.BackendPID); the
-// caller releases it.
-// resolvedBy is the deadline of the resolution of an unknown outcome when
-// one ran (zero otherwise): procs it found may be launched until it plus
-// the launch timeout.
-func (d *Dispatcher) commit(ctx context.Context, conn *pgxpool.Conn, l *jobs.Layer, h sizing.Host, booked []planned) (won wonFrames, room int, after sizing.Host, stale, jobStopped bool, resolvedBy time.Time, err error) {
-	n := len(booked)
-	frameIDs, procs := make([]string, n), make([]string, n)
-	versions := make([]int32, n)
-	cores, mem, gpus, gpuMem := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	for i, p := range booked {
-		frameIDs[i], procs[i], versions[i] = p.frame.ID, p.proc, p.frame.Version
-		cores[i], mem[i], gpus[i], gpuMem[i] = p.res.Cores, p.res.MemKB, p.res.GPUs, p.res.GPUMemKB
-	}
-	b, limits, pid, sent := d.startBatch(conn, l)
-	b.Queue(d.claim, frameIDs, procs, versions, cores, mem, gpus, gpuMem,
-		h.Name, l.ShowID, limits, h.ID, l.ID, l.JobID, d.cfg.Policy.MinMemKB)
-	b.Queue(HostTakeSQL, h.ID, procs)
-	br := conn.SendBatch(ctx, b)
-	room = -1
-	jobOK := true
-	var took int64
-	var hostRow [4]*int64
-	err = func() error {
-		var err error
-		room, jobOK, err = readClaim(br, limits, func(frame string, ver int32) {
-			won.frames = append(won.frames, frame)
-			won.versions = append(won.versions, ver)
-		})
-		if err != nil {
-			return err
-		}
-		if err := br.QueryRow().Scan(&took, &hostRow[0], &hostRow[1], &hostRow[2], &hostRow[3]); err != nil {
-			return fmt.Errorf("take host resources: %w", err)
-		}
-		return nil
-	}()
-	// Close reads the end of the pipeline: the implicit transaction has
-	// committed (or rolled back) when it returns without error.
-	if cerr := br.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("dispatch batch: %w", cerr)
-	}
-	var took4 sizing.Reservation
-	winners := make(map[string]bool, len(won.frames))
-	for _, f := range won.frames {
-		winners[f] = true
-	}
-	for _, p := range booked {
-		if winners[p.frame.ID] {
-			took4.Cores += p.res.Cores
-			took4.MemKB += p.res.MemKB
-			took4.GPUs += p.res.GPUs
-			took4.GPUMemKB += p.res.GPUMemKB
-		}
-	}
-	switch {
-	case err != nil && staleHost(err):
-		d.log.Debug("host has less idle than the cache said; batch rolled back", "host", h.Name, "layer", l.Name, "error", err)
-		return wonFrames{}, room, h, true, false, time.Time{}, nil
-	case err != nil:
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) {
-			// The server reported it: the transaction rolled back.
-			return wonFrames{}, room, h, false, false, time.Time{}, fmt.Errorf("dispatch layer %s on %s: %w", l.Name, h.Name, err)
-		}
-		// Unknown outcome: did the batch's procs commit?
-		resolvedBy = time.Now().Add(resolveTimeout)
-		found, rerr := d.procsFound(ctx, booked, resolvedBy, pid, sent)
-		if rerr != nil || len(found) == 0 {
-			return wonFrames{}, room, h, false, false, time.Time{}, fmt.Errorf("dispatch layer %s on %s: %w", l.Name, h.Name, err)
-		}
-		d.log.Warn("the booking transaction reported an error but its procs exist; continuing", "host", h.Name, "error", err)
-		won = wonFrames{}
-		var sum sizing.Reservation
-		for _, p := range booked {
-			if found[p.proc] {
-				won.frames = append(won.frames, p.frame.ID)
-				won.versions = append(won.versions, p.frame.Version+1)
-				sum.Cores += p.res.Cores
-				sum.MemKB += p.res.MemKB
-				sum.GPUs += p.res.GPUs
-				sum.GPUMemKB += p.res.GPUMemKB
-			}
-		}
-		after = h
-		after.IdleCores, after.IdleMemKB = h.IdleCores-sum.Cores, h.IdleMemKB-sum.MemKB
-		after.IdleGPUs, after.IdleGPUMemKB = h.IdleGPUs-sum.GPUs, h.IdleGPUMemKB-sum.GPUMemKB
-		return won, room, after, false, false, resolvedBy, nil
-	}
-	if len(won.frames) == 0 || took == 0 || hostRow[0] == nil {
-		return wonFrames{}, room, h, false, !jobOK, time.Time{}, nil
-	}
-	after = h
-	after.IdleCores, after.IdleGPUs, after.IdleGPUMemKB = *hostRow[0], *hostRow[2], *hostRow[3]
-	after.IdleMemKB = min(*hostRow[1], h.IdleMemKB-took4.MemKB)
-	return won, room, after, false, false, time.Time{}, nil
 }
 
 // resolveTimeout bounds the resolution of a booking transaction whose
@@ -471,9 +334,10 @@ func (d *Dispatcher) compensate(ctx context.Context, h sizing.Host, p planned, v
 	return after, restored
 }
 
-// claimGroupSQL is claim (ClaimSQL, adapted to the schema) for a batch
-// spanning several hosts: the host name ($8) and host id ($11) become
-// arrays with one element per frame, like the other per-frame arguments.
+// claimGroupSQL is the dispatcher's claim: ClaimSQL (adapted to the schema)
+// with the host name ($8) and host id ($11) as arrays with one element per
+// frame, like the other per-frame arguments, so one statement claims a
+// batch on one host or several.
 func claimGroupSQL(claim string) string {
 	for _, r := range [][2]string{
 		{`$7::bigint[])
@@ -492,21 +356,25 @@ func claimGroupSQL(claim string) string {
 	return claim
 }
 
-// lockHostsSQL locks a group batch's hosts in key order before their
-// update, so two group batches sharing hosts cannot deadlock. It runs
+// lockHostsSQL locks a batch's hosts (when there are several) in key order
+// before their update, so two batches sharing hosts cannot deadlock. It runs
 // after the claim: frames, then the frame triggers' layer_stat/job_stat,
 // then hosts, the order of a one-host batch and of Cuebot's completion.
 const lockHostsSQL = `
 SELECT pk_host FROM host WHERE pk_host = ANY($1::text[]) ORDER BY pk_host FOR UPDATE`
 
-// HostTakeGroupSQL is HostTakeSQL for a batch spanning several hosts: the
-// resources of the procs the claim inserted ($1, the batch's proc ids; only
-// the winners exist) come off each of their hosts ($2, the batch's hosts).
-// Cuebot's verify_host_resources refuses any host's idle going below zero,
-// which rolls the whole batch back. It returns one row per host that
-// started something: the host, the number of procs and its idle values
-// after the update.
-const HostTakeGroupSQL = `
+// HostTakeSQL takes the resources of the procs the claim inserted ($1, the
+// batch's proc ids; only the winners exist) off each of their hosts ($2,
+// the batch's hosts), in the same transaction and without the client
+// knowing the winners yet, so the claim and the host update go in one
+// round trip. It has no idle >= need guard: Cuebot's own
+// verify_host_resources trigger (BEFORE UPDATE of the idle columns) raises
+// "unable to allocate additional ..." when a value would go below zero,
+// which aborts the whole transaction, exactly as it refuses Cuebot's own
+// over-booking; the dispatcher reads that error as a stale host cache
+// (HostStale). It returns one row per host that started something: the
+// host, the number of procs and its idle values after the update.
+const HostTakeSQL = `
 WITH took AS (
     SELECT pk_host, count(*) AS n, SUM(int_cores_reserved)::bigint AS cores, SUM(int_mem_reserved)::bigint AS mem,
            SUM(int_gpus_reserved)::bigint AS gpus, SUM(int_gpu_mem_reserved)::bigint AS gpu_mem
@@ -521,13 +389,37 @@ UPDATE host h
 RETURNING h.pk_host, took.n, h.int_cores_idle::bigint, h.int_mem_idle::bigint,
           h.int_gpus_idle::bigint, h.int_gpu_mem_idle::bigint`
 
-// commitGroup is commit for a batch spanning several hosts (parts, each
-// with its booked frames; the frames' order in the statement is the parts'
-// order, then each part's). It sets each part's won frames and idle values
-// after the batch. room, stale, jobStopped, resolvedBy and err are the
-// batch's, as for commit; stale rolls the whole batch back (the caller
-// retries each host on its own).
-func (d *Dispatcher) commitGroup(ctx context.Context, conn *pgxpool.Conn, l *jobs.Layer, parts []*part) (room int, stale, jobStopped bool, resolvedBy time.Time, err error) {
+// commit runs the booking transaction of a batch on one host or several
+// (parts, each with its booked frames; the frames' order in the statement
+// is the parts' order, then each part's) in one round trip: the limit
+// locks, the claim, the host locks (several hosts) and the host update,
+// pipelined as one implicit transaction (one Sync: it commits when the
+// last statement succeeds, and any error rolls all of it back; no BEGIN or
+// COMMIT statement). It sets each part's outcome: its won frames and idle
+// values after the batch, the limit headroom the claim saw (room, -1 = no
+// limit) and the index of its first frame in the claim (base), stale when
+// a host update was refused (the whole batch rolled back), jobStopped
+// when the job was no longer dispatchable (paused, or no longer PENDING)
+// inside the transaction, err when it failed. An error the server did not
+// report (the connection lost, the deadline passed) leaves the outcome
+// unknown: it is resolved by looking for the batch's procs on a fresh
+// connection, and resolvedBy is that resolution's deadline (zero when
+// none ran): procs it found may be launched until it plus the launch
+// timeout. It reports whether the batch was stale.
+//
+// conn is the connection the bookings named (Booking.BackendPID); the
+// caller releases it.
+func (d *Dispatcher) commit(ctx context.Context, conn *pgxpool.Conn, l *jobs.Layer, parts []*part) (resolvedBy time.Time, stale bool) {
+	room, stale, jobStopped, resolvedBy, err := d.commitBatch(ctx, conn, l, parts)
+	base := 0
+	for _, x := range parts {
+		x.base, x.room, x.stale, x.jobStopped, x.err = base, room, stale, jobStopped, err
+		base += len(x.booked)
+	}
+	return resolvedBy, stale
+}
+
+func (d *Dispatcher) commitBatch(ctx context.Context, conn *pgxpool.Conn, l *jobs.Layer, parts []*part) (room int, stale, jobStopped bool, resolvedBy time.Time, err error) {
 	var frameIDs, procs, hostNames, hostIDs, hosts []string
 	var versions []int32
 	var cores, mem, gpus, gpuMem []int64
@@ -543,10 +435,12 @@ func (d *Dispatcher) commitGroup(ctx context.Context, conn *pgxpool.Conn, l *job
 		}
 	}
 	b, limits, pid, sent := d.startBatch(conn, l)
-	b.Queue(d.claimGroup, frameIDs, procs, versions, cores, mem, gpus, gpuMem,
+	b.Queue(d.claim, frameIDs, procs, versions, cores, mem, gpus, gpuMem,
 		hostNames, l.ShowID, limits, hostIDs, l.ID, l.JobID, d.cfg.Policy.MinMemKB)
-	b.Queue(lockHostsSQL, hosts)
-	b.Queue(HostTakeGroupSQL, procs, hosts)
+	if len(hosts) > 1 {
+		b.Queue(lockHostsSQL, hosts)
+	}
+	b.Queue(HostTakeSQL, procs, hosts)
 	br := conn.SendBatch(ctx, b)
 	room = -1
 	jobOK := true
@@ -562,8 +456,10 @@ func (d *Dispatcher) commitGroup(ctx context.Context, conn *pgxpool.Conn, l *job
 		if err != nil {
 			return err
 		}
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("lock hosts: %w", err)
+		if len(hosts) > 1 {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("lock hosts: %w", err)
+			}
 		}
 		rows, err := br.Query()
 		if err != nil {
@@ -589,7 +485,7 @@ func (d *Dispatcher) commitGroup(ctx context.Context, conn *pgxpool.Conn, l *job
 	}
 	switch {
 	case err != nil && staleHost(err):
-		d.log.Debug("a host has less idle than the cache said; group batch rolled back", "hosts", hosts, "layer", l.Name, "error", err)
+		d.log.Debug("a host has less idle than the cache said; batch rolled back", "hosts", hosts, "layer", l.Name, "error", err)
 		return room, true, false, time.Time{}, nil
 	case err != nil:
 		var pe *pgconn.PgError
