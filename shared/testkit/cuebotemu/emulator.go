@@ -277,6 +277,40 @@ func (e *Emulator) Complete(ctx context.Context, c Completion) error {
 	return err
 }
 
+// stopFrameSQL is Cuebot's stopFrame transaction in one statement: the
+// frame UPDATE guarded by state RUNNING and version, then, only if it
+// matched, the layer's and job's max RSS raised and the proc detached from
+// the frame. It returns whether the frame was stopped. Cuebot sends these
+// as four statements of one JDBC transaction; one statement has the same
+// effects and holds the layer_stat and job_stat rows that the frame
+// triggers lock for the statement alone, not across four round trips, so
+// the emulated completion path is not slower than the real one for want
+// of a network-free client. $1 frame, $2 new state, $3 exit status, $4 max
+// RSS (KB), $5 version, $6 layer, $7 job.
+const stopFrameSQL = `
+WITH f AS (
+    UPDATE frame
+       SET str_state = $2,
+           int_exit_status = $3,
+           ts_stopped = current_timestamp + interval '1 second',
+           ts_updated = current_timestamp,
+           int_mem_max_used = $4,
+           int_version = int_version + 1,
+           int_total_past_core_time = int_total_past_core_time + COALESCE(round(
+               interval_to_seconds(current_timestamp + interval '1 second' - ts_started) * int_cores / 100), 0),
+           int_total_past_gpu_time = int_total_past_gpu_time + COALESCE(round(
+               interval_to_seconds(current_timestamp + interval '1 second' - ts_started) * int_gpus), 0)
+     WHERE pk_frame = $1 AND str_state = 'RUNNING' AND int_version = $5
+    RETURNING pk_frame
+), lm AS (
+    UPDATE layer_mem SET int_max_rss = $4 WHERE pk_layer = $6 AND int_max_rss < $4 AND EXISTS (SELECT 1 FROM f)
+), jm AS (
+    UPDATE job_mem SET int_max_rss = $4 WHERE pk_job = $7 AND int_max_rss < $4 AND EXISTS (SELECT 1 FROM f)
+), pd AS (
+    UPDATE proc SET pk_frame = NULL WHERE pk_frame = $1 AND EXISTS (SELECT 1 FROM f)
+)
+SELECT EXISTS (SELECT 1 FROM f)`
+
 // CompleteOutcome is Complete that also says which path the report took.
 func (e *Emulator) CompleteOutcome(ctx context.Context, c Completion) (Outcome, error) {
 	if c.FrameID == "" {
@@ -308,53 +342,22 @@ func (e *Emulator) CompleteOutcome(ctx context.Context, c Completion) (Outcome, 
 		return Stale, e.release(ctx, p)
 	}
 
-	// Transaction A: stopFrame.
-	var f *frameRow
-	stopped := false
-	newState := ""
-	err := e.tx(ctx, func(tx pgx.Tx) error {
-		var err error
-		if f, err = loadFrame(ctx, tx, c.FrameID); err != nil {
-			return err
-		}
-		if f == nil {
-			return fmt.Errorf("%w: frame %s", ErrNotFound, c.FrameID)
-		}
-		newState = nextState(c, f)
-		tag, err := tx.Exec(ctx, `
-			UPDATE frame
-			   SET str_state = $2,
-			       int_exit_status = $3,
-			       ts_stopped = current_timestamp + interval '1 second',
-			       ts_updated = current_timestamp,
-			       int_mem_max_used = $4,
-			       int_version = int_version + 1,
-			       int_total_past_core_time = int_total_past_core_time + COALESCE(round(
-			           interval_to_seconds(current_timestamp + interval '1 second' - ts_started) * int_cores / 100), 0),
-			       int_total_past_gpu_time = int_total_past_gpu_time + COALESCE(round(
-			           interval_to_seconds(current_timestamp + interval '1 second' - ts_started) * int_gpus), 0)
-			 WHERE pk_frame = $1 AND str_state = 'RUNNING' AND int_version = $5`,
-			c.FrameID, newState, resolveExitStatus(c, f), c.MaxRSSKB, f.version)
-		if err != nil {
-			return fmt.Errorf("stop frame %s: %w", c.FrameID, err)
-		}
-		stopped = tag.RowsAffected() == 1
-		if !stopped {
-			return nil
-		}
-		if _, err := tx.Exec(ctx, `UPDATE layer_mem SET int_max_rss = $2 WHERE pk_layer = $1 AND int_max_rss < $2`, f.layer, c.MaxRSSKB); err != nil {
-			return fmt.Errorf("layer_mem max rss: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `UPDATE job_mem SET int_max_rss = $2 WHERE pk_job = $1 AND int_max_rss < $2`, f.job, c.MaxRSSKB); err != nil {
-			return fmt.Errorf("job_mem max rss: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `UPDATE proc SET pk_frame = NULL WHERE pk_frame = $1`, c.FrameID); err != nil {
-			return fmt.Errorf("detach proc from frame: %w", err)
-		}
-		return nil
-	})
+	// Transaction A: stopFrame, as one statement (stopFrameSQL).
+	f, err := loadFrame(ctx, e.pool, c.FrameID)
 	if err != nil {
 		return 0, err
+	}
+	if f == nil {
+		return 0, fmt.Errorf("%w: frame %s", ErrNotFound, c.FrameID)
+	}
+	newState := nextState(c, f)
+	var stopped bool
+	err = e.retry(ctx, func() error {
+		return e.pool.QueryRow(ctx, stopFrameSQL, c.FrameID, newState, resolveExitStatus(c, f), c.MaxRSSKB, f.version,
+			f.layer, f.job).Scan(&stopped)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("stop frame %s: %w", c.FrameID, err)
 	}
 	if !stopped {
 		// The frame moved on (killed, retried, eaten) while it ran: release
@@ -484,10 +487,17 @@ func (e *Emulator) updateUsage(ctx context.Context, frameID, job, layer, show st
 		            int_frame_fail_count = int_frame_fail_count + 1
 		      WHERE pk_layer = $1`, layer, coreTime, clk)
 	}
-	for _, s := range stmts {
-		if err := e.retry(ctx, func() error { _, err := e.pool.Exec(ctx, s.sql, s.args...); return err }); err != nil {
-			return fmt.Errorf("usage counters of frame %s: %w", frameID, err)
+	// Cuebot's autocommit statements, sent in one round trip (a batch is
+	// one implicit transaction: retried whole on a deadlock).
+	err = e.retry(ctx, func() error {
+		b := &pgx.Batch{}
+		for _, s := range stmts {
+			b.Queue(s.sql, s.args...)
 		}
+		return e.pool.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return fmt.Errorf("usage counters of frame %s: %w", frameID, err)
 	}
 	return nil
 }
@@ -534,19 +544,53 @@ type releasePayload struct {
 	GPUs   int64  `json:"gpus"`
 }
 
+// unbookSQL starts the unbook transaction in one statement: DELETE the
+// proc RETURNING its reservation, give the host its idle cores, memory,
+// GPUs and GPU memory back, read whether the show is scheduler-managed
+// and, for a managed show's non-local proc with a payload ($2 non-empty),
+// send Cuebot's pg_notify('acct_release', $2). Cuebot sends these as
+// separate statements of one transaction; one statement has the same
+// effects and does not hold the host row across round trips (the
+// scheduler's booking transactions wait on it). $1 proc.
+const unbookSQL = `
+WITH d AS (
+    DELETE FROM proc WHERE pk_proc = $1
+    RETURNING pk_host, pk_show, pk_job, pk_layer, b_local,
+              int_cores_reserved, int_mem_reserved, int_gpus_reserved, int_gpu_mem_reserved
+), h AS (
+    UPDATE host
+       SET int_cores_idle = host.int_cores_idle + d.int_cores_reserved, int_mem_idle = host.int_mem_idle + d.int_mem_reserved,
+           int_gpus_idle = host.int_gpus_idle + d.int_gpus_reserved,
+           int_gpu_mem_idle = host.int_gpu_mem_idle + d.int_gpu_mem_reserved
+      FROM d WHERE host.pk_host = d.pk_host
+), m AS (
+    SELECT d.*, s.b_scheduler_managed FROM d JOIN show s ON s.pk_show = d.pk_show
+), n AS (
+    SELECT pg_notify('acct_release', $2) FROM m WHERE m.b_scheduler_managed AND NOT m.b_local AND $2 <> ''
+)
+SELECT m.pk_host, m.pk_show, m.pk_job, m.pk_layer, m.b_local,
+       m.int_cores_reserved, m.int_mem_reserved, m.int_gpus_reserved, m.int_gpu_mem_reserved,
+       m.b_scheduler_managed, (SELECT count(*) FROM n)
+FROM m`
+
 // release is the unbook transaction for a loaded proc.
 func (e *Emulator) release(ctx context.Context, p *procRow) error {
 	deleted := false
 	err := e.tx(ctx, func(tx pgx.Tx) error {
 		deleted = false
 		var host, show, job, layer string
-		var cores, mem, gpus, gpuMem int64
-		var local bool
-		err := tx.QueryRow(ctx, `
-			DELETE FROM proc WHERE pk_proc = $1
-			RETURNING pk_host, pk_show, pk_job, pk_layer, b_local,
-			          int_cores_reserved, int_mem_reserved, int_gpus_reserved, int_gpu_mem_reserved`, p.id).Scan(
-			&host, &show, &job, &layer, &local, &cores, &mem, &gpus, &gpuMem)
+		var cores, mem, gpus, gpuMem, notified int64
+		var local, managed bool
+		payload := ""
+		if e.opts.NotifyRelease {
+			b, _ := json.Marshal(releasePayload{
+				Show: p.show, Alloc: p.alloc, Folder: p.folder, Job: p.job, Layer: p.layer, Dept: p.dept,
+				Cores: -p.cores / 100, GPUs: -p.gpus,
+			})
+			payload = string(b)
+		}
+		err := tx.QueryRow(ctx, unbookSQL, p.id, payload).Scan(
+			&host, &show, &job, &layer, &local, &cores, &mem, &gpus, &gpuMem, &managed, &notified)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // already gone: no host or accounting change
 		}
@@ -554,12 +598,6 @@ func (e *Emulator) release(ctx context.Context, p *procRow) error {
 			return fmt.Errorf("delete proc %s: %w", p.id, err)
 		}
 		deleted = true
-		if _, err := tx.Exec(ctx, `
-			UPDATE host SET int_cores_idle = int_cores_idle + $2, int_mem_idle = int_mem_idle + $3,
-			       int_gpus_idle = int_gpus_idle + $4, int_gpu_mem_idle = int_gpu_mem_idle + $5
-			 WHERE pk_host = $1`, host, cores, mem, gpus, gpuMem); err != nil {
-			return fmt.Errorf("return host %s idle: %w", host, err)
-		}
 		if local {
 			for _, s := range []stmt{
 				{`UPDATE layer_resource SET int_cores = int_cores - $2, int_gpus = int_gpus - $3 WHERE pk_layer = $1`, []any{layer, cores, gpus}},
@@ -574,22 +612,8 @@ func (e *Emulator) release(ctx context.Context, p *procRow) error {
 			}
 			return nil
 		}
-		var managed bool
-		if err := tx.QueryRow(ctx, `SELECT b_scheduler_managed FROM show WHERE pk_show = $1`, show).Scan(&managed); err != nil {
-			return fmt.Errorf("b_scheduler_managed of show %s: %w", show, err)
-		}
 		if managed {
-			if !e.opts.NotifyRelease {
-				return nil
-			}
-			payload, _ := json.Marshal(releasePayload{
-				Show: show, Alloc: p.alloc, Folder: p.folder, Job: job, Layer: layer, Dept: p.dept,
-				Cores: -cores / 100, GPUs: -gpus,
-			})
-			if _, err := tx.Exec(ctx, `SELECT pg_notify('acct_release', $1)`, string(payload)); err != nil {
-				return fmt.Errorf("notify release of proc %s: %w", p.id, err)
-			}
-			return nil
+			return nil // the release reaches Redis through the sidecar (and the notification, if any)
 		}
 		for _, s := range []stmt{
 			{`UPDATE subscription SET int_cores = int_cores - $3, int_gpus = int_gpus - $4 WHERE pk_show = $1 AND pk_alloc = $2`, []any{show, p.alloc, cores, gpus}},
