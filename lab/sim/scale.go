@@ -154,6 +154,8 @@ func runScale(ctx context.Context, w *World) error {
 	}
 	t1 := w.Fake.Totals()
 	emu1 := w.Emu.Stats()
+	owners := heapOwners()
+	rssEnd := selfRSS()
 	w.Note("once full, over the %s window: %s", scaleSustain, w.pipeline().since(pipe0))
 	cpu1 := processCPU()
 	elapsed := time.Since(start).Seconds()
@@ -174,6 +176,15 @@ func runScale(ctx context.Context, w *World) error {
 	w.Metric("process RSS, max (schedulers + sidecar + fakes in one process)", float64(rss>>20), AtMost, 1024, " MiB")
 	w.Metric("Go heap growth per host, scheduler start to full (host cache + in flight; upper bound)",
 		float64(max(heapFull-heap0, 0))/float64(nHosts), Info, 0, " B")
+	// The process holds every scheduler, the sidecar and the fakes: the
+	// heap each one's code allocated tells the schedulers' own share.
+	// The goal is RSS <= 1 GiB; at GOGC=100 a Go heap peaks near twice
+	// what is live, so a scheduler of its own would hold about twice this.
+	w.Metric("Go heap in use allocated by scheduler code, per scheduler, end of the window (RSS goal 1 GiB = twice this)",
+		float64(owners["scheduler"]>>20)/float64(nScheds), AtMost, 512, " MiB")
+	w.Note("at the end of the window: process RSS %d MiB; Go heap in use by the code that allocated it (sampled heap profile): "+
+		"schedulers %d MiB, sidecar %d MiB, simulator (fake RQD, Cuebot emulator, monitor, seeding) %d MiB, other (runtime, pools' own goroutines) %d MiB",
+		rssEnd>>20, owners["scheduler"]>>20, owners["sidecar"]>>20, owners["simulator"]>>20, owners["other"]>>20)
 	w.Metric("host-cache staleness p99 (WAL lag)", samples.p99Staleness(), Info, 0, "s")
 	w.Metric("replication slot lag p99", samples.p99SlotLag()/1024, Info, 0, " KiB")
 
@@ -551,6 +562,66 @@ func heapInUse() int64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
+}
+
+// heapOwners attributes the live heap to the code that allocated it: the
+// innermost frame of each allocation's stack that belongs to the
+// schedulers (scheduler/, publisher/), the sidecar (sidecar/) or the
+// simulator (lab/, shared/testkit/) names its owner; shared packages and
+// libraries are charged to whoever called them, and an allocation with
+// none of these on its stack (the runtime, a pool's own goroutines) is
+// "other". The heap profile is sampled; sizes are unsampled as pprof does.
+func heapOwners() map[string]int64 {
+	// The profile is as of the last completed collection: two make it
+	// current.
+	runtime.GC()
+	runtime.GC()
+	var recs []runtime.MemProfileRecord
+	n, _ := runtime.MemProfile(nil, false)
+	for {
+		recs = make([]runtime.MemProfileRecord, n+64)
+		var ok bool
+		if n, ok = runtime.MemProfile(recs, false); ok {
+			recs = recs[:n]
+			break
+		}
+	}
+	rate := float64(runtime.MemProfileRate)
+	out := map[string]int64{}
+	for i := range recs {
+		r := &recs[i]
+		bytes, objs := r.InUseBytes(), r.InUseObjects()
+		if bytes <= 0 || objs <= 0 {
+			continue
+		}
+		scale := 1.0
+		if rate > 1 {
+			scale = 1 / (1 - math.Exp(-float64(bytes)/float64(objs)/rate))
+		}
+		out[heapOwner(r.Stack())] += int64(float64(bytes) * scale)
+	}
+	return out
+}
+
+func heapOwner(stk []uintptr) string {
+	const mod = "github.com/cuesched/cuesched/"
+	frames := runtime.CallersFrames(stk)
+	for {
+		f, more := frames.Next()
+		if rest, ok := strings.CutPrefix(f.Function, mod); ok {
+			switch {
+			case strings.HasPrefix(rest, "scheduler"), strings.HasPrefix(rest, "publisher"):
+				return "scheduler"
+			case strings.HasPrefix(rest, "sidecar"):
+				return "sidecar"
+			case strings.HasPrefix(rest, "lab/"), strings.HasPrefix(rest, "shared/testkit/"):
+				return "simulator"
+			}
+		}
+		if !more {
+			return "other"
+		}
+	}
 }
 
 // compareScale judges the per-frame database cost of the full farm against
