@@ -24,13 +24,11 @@ type servingHosts struct {
 
 func (s *servingHosts) set(h reservations.Hosts) { s.h.Store(&h) }
 
-// Serving implements reservations.Hosts (nothing before set).
-func (s *servingHosts) Serving(facilityID, showID string, tags []string, os string, threadable bool) []hostcache.Host {
-	h := s.h.Load()
-	if h == nil {
-		return nil
+// EachServing implements reservations.Hosts (nothing before set).
+func (s *servingHosts) EachServing(facilityID, showID string, tags []string, os string, threadable bool, fn func(hostcache.Host)) {
+	if h := s.h.Load(); h != nil {
+		(*h).EachServing(facilityID, showID, tags, os, threadable, fn)
 	}
-	return (*h).Serving(facilityID, showID, tags, os, threadable)
 }
 
 // newReservations builds the instance's reservation manager from

@@ -14,12 +14,24 @@ import (
 // host appears once, as a request of showID sees it (idle values included).
 //
 // It walks the mirror (no query), in O(hosts of the show's allocations in
-// the facility): for the reservation loop (scheduler/reservations), which
-// picks the host to reserve among them, never for the dispatch path.
+// the facility), and builds the whole list: for tests and tools. The
+// reservation loop (scheduler/reservations), which picks the host to
+// reserve among them, walks them with EachServing instead; the dispatch
+// path never does.
 func (c *Cache) Serving(facilityID, showID string, tags []string, os string, threadable bool) []Host {
+	var out []Host
+	c.EachServing(facilityID, showID, tags, os, threadable, func(h Host) { out = append(out, h) })
+	return out
+}
+
+// EachServing calls fn with each host Serving lists, without building the
+// list: a caller that keeps few of them allocates for those alone (at
+// 10,000 hosts a list is megabytes, and a reservation round asks once per
+// candidate layer). fn runs under the cache's lock: it must be quick and
+// must not call the cache.
+func (c *Cache) EachServing(facilityID, showID string, tags []string, os string, threadable bool, fn func(Host)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []Host
 	for allocID := range c.st.allocsByShow[showID] {
 		a := c.st.allocs[allocID]
 		if a == nil || a.facilityID != facilityID {
@@ -35,8 +47,7 @@ func (c *Cache) Serving(facilityID, showID string, tags []string, os string, thr
 			if !h.servesOS(os) || (h.threadMode == int(cuebot.ThreadAll) && !threadable) {
 				continue
 			}
-			out = append(out, c.viewLocked(h, showID))
+			fn(c.viewLocked(h, showID))
 		}
 	}
-	return out
 }

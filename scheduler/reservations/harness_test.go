@@ -217,7 +217,7 @@ func newRendezvous(t *testing.T, hosts reservations.Hosts, n int) *rendezvous {
 	return &rendezvous{Hosts: hosts, t: t, waiting: n, all: make(chan struct{})}
 }
 
-func (r *rendezvous) Serving(facilityID, showID string, tags []string, os string, threadable bool) []hostcache.Host {
+func (r *rendezvous) EachServing(facilityID, showID string, tags []string, os string, threadable bool, fn func(hostcache.Host)) {
 	r.mu.Lock()
 	if r.waiting > 0 {
 		r.waiting--
@@ -229,9 +229,9 @@ func (r *rendezvous) Serving(facilityID, showID string, tags []string, os string
 	select {
 	case <-r.all:
 	case <-time.After(testenv.Patience(10 * time.Second)):
-		r.t.Error("rendezvous: not every manager reached its grant (Serving)")
+		r.t.Error("rendezvous: not every manager reached its grant (EachServing)")
 	}
-	return r.Hosts.Serving(facilityID, showID, tags, os, threadable)
+	r.Hosts.EachServing(facilityID, showID, tags, os, threadable, fn)
 }
 
 // blocked reports l blocked in the harness cluster for the last d.

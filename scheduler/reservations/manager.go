@@ -28,9 +28,9 @@ type DB interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// Hosts lists the hosts that could serve a layer (hostcache.Cache.Serving).
+// Hosts walks the hosts that could serve a layer (hostcache.Cache.EachServing).
 type Hosts interface {
-	Serving(facilityID, showID string, tags []string, os string, threadable bool) []hostcache.Host
+	EachServing(facilityID, showID string, tags []string, os string, threadable bool, fn func(hostcache.Host))
 }
 
 // Config holds the knobs (queue.reservations).
@@ -426,11 +426,16 @@ func (m *Manager) tryGrant(ctx context.Context, c candidate, now time.Time) (don
 	for _, t := range c.cluster.MatchingTags(l.Tags) {
 		tags = append(tags, t.Name)
 	}
-	serving := m.hosts.Serving(c.cluster.FacilityID, c.cluster.ShowID, tags, l.OS, l.Threadable)
-	var largest int64
-	for _, h := range serving {
-		largest = max(largest, h.TotalCores)
+	// Two walks of the serving hosts, no list of them: the first finds the
+	// largest (a narrow layer stops there), the second keeps the ones that
+	// fit. A round asks once per candidate layer, so a list of every
+	// serving host each time was most of the scheduler's heap at 10,000
+	// hosts (SCALE).
+	walk := func(fn func(hostcache.Host)) {
+		m.hosts.EachServing(c.cluster.FacilityID, c.cluster.ShowID, tags, l.OS, l.Threadable, fn)
 	}
+	var largest int64
+	walk(func(h hostcache.Host) { largest = max(largest, h.TotalCores) })
 	if l.CoresMin > 0 && float64(l.CoresMin) < MinWidth*float64(largest) {
 		m.m.refused.WithLabelValues(refusedNarrow).Inc()
 		return false, nil
@@ -438,15 +443,15 @@ func (m *Manager) tryGrant(ctx context.Context, c candidate, now time.Time) (don
 	fitByAlloc := map[string][]string{}
 	var free []hostcache.Host
 	snap := m.board.snap.Load()
-	for _, h := range serving {
+	walk(func(h hostcache.Host) {
 		if !m.cfg.Policy.FitsIdle(h.Host, l.Shape) {
-			continue
+			return
 		}
 		fitByAlloc[h.AllocID] = append(fitByAlloc[h.AllocID], h.ID)
 		if r, ok := snap.byHost[h.ID]; !ok || !r.Live(now) {
 			free = append(free, h)
 		}
-	}
+	})
 	if len(fitByAlloc) == 0 {
 		m.m.refused.WithLabelValues(refusedNoFit).Inc()
 		return false, nil
