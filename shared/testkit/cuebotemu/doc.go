@@ -15,13 +15,14 @@
 //     finalizes the frame if it is still RUNNING and no proc references it.
 //     A proc that now runs another frame: the report is a stale duplicate
 //     and is dropped. A proc with no frame: it is released.
-//  2. Transaction "stopFrame" (one statement, stopFrameSQL): choose the new state (SUCCEEDED on exit 0;
-//     otherwise WAITING while retries remain, DEAD when they are used up or
-//     the frame timed out, EATEN with auto-eat; the special exit statuses and
-//     signals Cuebot knows), UPDATE the frame guarded by state RUNNING and its
-//     version (exit status, ts_stopped = now + 1 s, max RSS, version + 1,
-//     past core and GPU time), raise layer_mem/job_mem max RSS, and detach
-//     the proc from the frame (proc.pk_frame = NULL). The frame triggers of
+//  2. Transaction "stopFrame" (one statement, stopFrameSQL): choose the new
+//     state (SUCCEEDED on exit 0; otherwise WAITING while retries remain,
+//     DEAD when they are used up or the frame timed out, EATEN with
+//     auto-eat; the special exit statuses and signals Cuebot knows), UPDATE
+//     the frame guarded by state RUNNING and its version (exit status,
+//     ts_stopped = now + 1 s, max RSS, version + 1, past core and GPU
+//     time), raise layer_mem/job_mem max RSS, and detach the proc from the
+//     frame (proc.pk_frame = NULL). The frame triggers of
 //     the baseline do the rest (layer_stat/job_stat counts, frame_history,
 //     DEPEND/CHECKPOINT rewrites). Zero rows updated: the stale-report path
 //     releases the proc.

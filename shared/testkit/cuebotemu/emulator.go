@@ -283,10 +283,9 @@ func (e *Emulator) Complete(ctx context.Context, c Completion) error {
 // the frame. It returns whether the frame was stopped. Cuebot sends these
 // as four statements of one JDBC transaction; one statement has the same
 // effects and holds the layer_stat and job_stat rows that the frame
-// triggers lock for the statement alone, not across four round trips, so
-// the emulated completion path is not slower than the real one for want
-// of a network-free client. $1 frame, $2 new state, $3 exit status, $4 max
-// RSS (KB), $5 version, $6 layer, $7 job.
+// triggers lock for the statement alone, not across four round trips (see
+// the package doc). $1 frame, $2 new state, $3 exit status, $4 max RSS
+// (KB), $5 version, $6 layer, $7 job.
 const stopFrameSQL = `
 WITH f AS (
     UPDATE frame
