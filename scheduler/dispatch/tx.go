@@ -122,61 +122,6 @@ UPDATE host
    AND int_cores_idle >= $2 AND int_mem_idle >= $3 AND int_gpus_idle >= $4 AND int_gpu_mem_idle >= $5
 RETURNING int_cores_idle, int_mem_idle, int_gpus_idle, int_gpu_mem_idle`
 
-// startBatch begins a booking pipeline for layer l on conn: the limit
-// locks first (when the layer has limits). It returns the layer's limit
-// ids (never nil), the backend running the batch for resolving an unknown
-// outcome (procsFound; it was alive before the batch went out, 0 when not
-// known) and the time the batch went out.
-func (d *Dispatcher) startBatch(conn *pgxpool.Conn, l *jobs.Layer) (b *pgx.Batch, limits []string, pid uint32, sent time.Time) {
-	limits = l.LimitIDs
-	if limits == nil {
-		limits = []string{}
-	}
-	if d.pids.Load() == pidReal {
-		pid = conn.Conn().PgConn().PID()
-	}
-	b = &pgx.Batch{}
-	if len(limits) > 0 {
-		b.Queue(lockLimitsSQL, limits)
-	}
-	return b, limits, pid, time.Now()
-}
-
-// readClaim reads the start of a booking pipeline: the limit locks (when
-// limits were queued) and the claim's rows, handing each frame started
-// and its new version to won. room is the limit headroom (-1: no limit),
-// jobOK whether the job was still dispatchable.
-func readClaim(br pgx.BatchResults, limits []string, won func(frame string, ver int32)) (room int, jobOK bool, err error) {
-	room, jobOK = -1, true
-	if len(limits) > 0 {
-		if _, err := br.Exec(); err != nil {
-			return room, jobOK, fmt.Errorf("lock limits %v: %w", limits, err)
-		}
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return room, jobOK, fmt.Errorf("claim frames: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var r int64
-		var frame *string
-		var ver *int32
-		if err := rows.Scan(&r, &jobOK, &frame, &ver); err != nil {
-			return room, jobOK, fmt.Errorf("claim frames: %w", err)
-		}
-		room = int(r)
-		if frame != nil && ver != nil {
-			won(*frame, *ver)
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return room, jobOK, fmt.Errorf("claim frames: %w", err)
-	}
-	return room, jobOK, nil
-}
-
 type wonFrames struct {
 	frames   []string
 	versions []int32
@@ -434,7 +379,21 @@ func (d *Dispatcher) commitBatch(ctx context.Context, conn *pgxpool.Conn, l *job
 			hostNames, hostIDs = append(hostNames, x.Host.Name), append(hostIDs, x.Host.ID)
 		}
 	}
-	b, limits, pid, sent := d.startBatch(conn, l)
+	limits := l.LimitIDs
+	if limits == nil {
+		limits = []string{}
+	}
+	// The backend running the batch, for resolving an unknown outcome
+	// (procsFound): it was alive before the batch went out.
+	var pid uint32
+	if d.pids.Load() == pidReal {
+		pid = conn.Conn().PgConn().PID()
+	}
+	sent := time.Now()
+	b := &pgx.Batch{}
+	if len(limits) > 0 {
+		b.Queue(lockLimitsSQL, limits)
+	}
 	b.Queue(d.claim, frameIDs, procs, versions, cores, mem, gpus, gpuMem,
 		hostNames, l.ShowID, limits, hostIDs, l.ID, l.JobID, d.cfg.Policy.MinMemKB)
 	if len(hosts) > 1 {
@@ -451,17 +410,38 @@ func (d *Dispatcher) commitBatch(ctx context.Context, conn *pgxpool.Conn, l *job
 	}
 	rowsByHost := map[string]hostRow{}
 	err = func() error {
-		var err error
-		room, jobOK, err = readClaim(br, limits, func(frame string, ver int32) { winners[frame] = ver })
+		if len(limits) > 0 {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("lock limits %v: %w", limits, err)
+			}
+		}
+		rows, err := br.Query()
 		if err != nil {
-			return err
+			return fmt.Errorf("claim frames: %w", err)
+		}
+		for rows.Next() {
+			var r int64
+			var frame *string
+			var ver *int32
+			if err := rows.Scan(&r, &jobOK, &frame, &ver); err != nil {
+				rows.Close()
+				return fmt.Errorf("claim frames: %w", err)
+			}
+			room = int(r)
+			if frame != nil && ver != nil {
+				winners[*frame] = *ver
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("claim frames: %w", err)
 		}
 		if len(hosts) > 1 {
 			if _, err := br.Exec(); err != nil {
 				return fmt.Errorf("lock hosts: %w", err)
 			}
 		}
-		rows, err := br.Query()
+		rows, err = br.Query()
 		if err != nil {
 			return fmt.Errorf("take host resources: %w", err)
 		}
@@ -515,25 +495,18 @@ func (d *Dispatcher) commitBatch(ctx context.Context, conn *pgxpool.Conn, l *job
 	}
 	for _, x := range parts {
 		x.won, x.after = wonFrames{}, x.Host
-		var took sizing.Reservation
 		for _, p := range x.booked {
 			if v, ok := winners[p.frame.ID]; ok {
 				x.won.frames = append(x.won.frames, p.frame.ID)
 				x.won.versions = append(x.won.versions, v)
-				took.Cores += p.res.Cores
-				took.MemKB += p.res.MemKB
-				took.GPUs += p.res.GPUs
-				took.GPUMemKB += p.res.GPUMemKB
+				x.after.Take(p.res)
 			}
 		}
-		if len(x.won.frames) == 0 {
-			continue
-		}
-		if h, ok := rowsByHost[x.Host.ID]; ok {
+		// The host's idle values as the update left them (memory: the
+		// lower of the row's and the cache's less what was taken).
+		if h, ok := rowsByHost[x.Host.ID]; ok && len(x.won.frames) > 0 {
 			x.after.IdleCores, x.after.IdleGPUs, x.after.IdleGPUMemKB = h.cores, h.gpus, h.gpuMemKB
-			x.after.IdleMemKB = min(h.mem, x.Host.IdleMemKB-took.MemKB)
-		} else {
-			x.after.Take(took)
+			x.after.IdleMemKB = min(h.mem, x.after.IdleMemKB)
 		}
 	}
 	return room, false, false, time.Time{}, nil
