@@ -488,21 +488,8 @@ func (s *scaleSamples) take(ctx context.Context, w *World) {
 // the live schedulers (scheduler_host_cache_staleness_seconds).
 func (w *World) cacheStaleness() float64 {
 	var worst float64
-	for _, in := range w.scheds {
-		if in.dead {
-			continue
-		}
-		fams, err := in.reg.Gather()
-		if err != nil {
-			continue
-		}
-		for _, f := range fams {
-			if f.GetName() == "scheduler_host_cache_staleness_seconds" {
-				for _, m := range f.GetMetric() {
-					worst = max(worst, m.GetGauge().GetValue())
-				}
-			}
-		}
+	for _, v := range w.Gauges("scheduler_host_cache_staleness_seconds") {
+		worst = max(worst, v)
 	}
 	return worst
 }
