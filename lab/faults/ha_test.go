@@ -330,6 +330,10 @@ func TestFaultPostgresPromotion(t *testing.T) {
 	t.Cleanup(standby.Stop)
 	e.note("streaming replica started (port %d)", standby.Port())
 	e.run()
+	// The first start creates the slot: wait for it, or a restart without
+	// --create-slot finds no slot and no checkpoint (a loaded machine
+	// restarted it before the slot existed).
+	e.waitSlotActive(30 * time.Second)
 	// The sidecar runs as its systemd unit does: --create-slot was for
 	// its first start only.
 	sc0 := e.sidecars[0]
