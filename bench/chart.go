@@ -38,7 +38,7 @@ func baseline(name, unit string) bool {
 		return false
 	}
 	s := strings.ToLower(name + " " + unit)
-	for _, w := range []string{"baseline", "linear", "pgbench", "redis-benchmark", "round1"} {
+	for _, w := range []string{"baseline", "dbalone", "linear", "pgbench", "redis-benchmark", "round1"} {
 		if strings.Contains(s, w) {
 			return true
 		}

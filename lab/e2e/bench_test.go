@@ -22,6 +22,7 @@ import (
 	"github.com/cuesched/cuesched/scheduler/dispatch"
 	"github.com/cuesched/cuesched/shared/config"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/cuebotemu"
 	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
@@ -47,7 +48,15 @@ func envInt(name string, def int) int {
 // Metrics: frames/s is end to end (until every frame has run and been
 // completed and released); dispatch_frames/s is the scheduler alone (every
 // frame started, nothing completing meanwhile), the like-for-like number
-// for the pgbench ratio; stmts/frame, rows/frame and blocks/frame are the
+// for the pgbench ratio. The end-to-end loop also runs Cuebot's completion
+// path (the emulator's statements), which pgbench's booking transaction does
+// not: dbalone_completion_frames/s is the emulator completing pgbench's
+// frames with nothing else running (phase 4), dbalone_loop_frames/s the
+// loop's whole SQL without a scheduler (1 / (1/pgbench + 1/completion):
+// booking and completion on the same cores), dbalone-loop-vs-pgbench-ratio
+// the best e2e-vs-pgbench-ratio a scheduler costing nothing could reach on
+// the machine, and e2e-vs-dbalone-loop-ratio what the scheduler, the
+// sidecar, Redis and the fakes leave of it. stmts/frame, rows/frame and blocks/frame are the
 // scheduler's own Postgres statements, rows returned or affected and
 // shared-buffer accesses per dispatched frame from pg_stat_statements (the
 // scheduler connects as its own role so its statements are told apart from
@@ -232,22 +241,39 @@ func runBenchPhase(b *testing.B, hosts, frames int, endToEnd bool, mod func(*con
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- s.Run(rctx) }()
+	// The phase's clock reads the database on a connection of its own:
+	// on e.pool its polls would queue behind the emulator's completions
+	// (thousands wait for its connections in the end-to-end phase) and
+	// see the end seconds late. Each poll is an EXISTS, which stops at
+	// the first row still to do, every 50 ms (0.4% of the shortest phase).
+	poll, err := pgx.Connect(ctx, e.dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer poll.Close(context.Background())
+	exists := func(sql string) bool {
+		var v bool
+		if err := poll.QueryRow(ctx, `SELECT EXISTS (`+sql+`)`).Scan(&v); err != nil {
+			b.Fatal(err)
+		}
+		return v
+	}
 	for {
-		left := e.count(`SELECT count(*) FROM frame WHERE str_state = 'WAITING' OR int_version = 0`)
-		if left == 0 && r.dispatched == 0 {
+		waiting := exists(`SELECT 1 FROM frame WHERE str_state = 'WAITING' OR int_version = 0`)
+		if !waiting && r.dispatched == 0 {
 			r.dispatched = time.Since(start)
 			if !endToEnd {
 				break
 			}
 		}
-		if endToEnd && e.count(`SELECT count(*) FROM frame WHERE str_state <> 'SUCCEEDED'`) == 0 && e.count(`SELECT count(*) FROM proc`) == 0 {
+		if endToEnd && !waiting && !exists(`SELECT 1 FROM frame WHERE str_state <> 'SUCCEEDED'`) && !exists(`SELECT 1 FROM proc`) {
 			r.drained = time.Since(start)
 			break
 		}
 		if time.Since(start) > 20*time.Minute {
-			b.Fatalf("not done after 20 minutes: %d frames waiting", left)
+			b.Fatalf("not done after 20 minutes: %d frames waiting", e.count(`SELECT count(*) FROM frame WHERE str_state = 'WAITING'`))
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 	cancel()
 	<-done
@@ -362,12 +388,22 @@ func runEndToEndBench(b *testing.B, hosts, frames int) {
 	// The same frames per transaction as the scheduler's, on one host
 	// each (pgbench runs the one-host statements), at most a bench host's
 	// 16 cores.
-	pgbenchFPS := runPgbench(b, hosts, frames, min(solo.perTx, 16), config.Default().Queue.Stream.ClusterBufferSize*config.Default().Queue.Stream.JobBufferSize)
+	pg := runPgbench(b, hosts, frames, min(solo.perTx, 16), config.Default().Queue.Stream.ClusterBufferSize*config.Default().Queue.Stream.JobBufferSize)
+	pgbenchFPS := pg.fps
+	b.Log("phase 4: the Cuebot emulator completing pgbench's frames, nothing else running")
+	completionFPS := runCompletions(b, pg.url)
+	// The loop's own SQL with no scheduler: each frame booked (pgbench) and
+	// completed (the emulator), one after the other on the same cores.
+	loopFPS := 1 / (1/pgbenchFPS + 1/completionFPS)
 
 	e2eFPS := float64(e2e.frames) / e2e.drained.Seconds()
 	b.ReportMetric(e2eFPS, "frames/s")
 	b.ReportMetric(pgbenchFPS, "pgbench_frames/s")
 	b.ReportMetric(e2eFPS/pgbenchFPS, "e2e-vs-pgbench-ratio")
+	b.ReportMetric(completionFPS, "dbalone_completion_frames/s")
+	b.ReportMetric(loopFPS, "dbalone_loop_frames/s")
+	b.ReportMetric(e2eFPS/loopFPS, "e2e-vs-dbalone-loop-ratio")
+	b.ReportMetric(loopFPS/pgbenchFPS, "dbalone-loop-vs-pgbench-ratio")
 	b.ReportMetric(soloFPS/pgbenchFPS, "dispatch-vs-pgbench-ratio")
 	b.ReportMetric(float64(solo.rows)/float64(solo.frames), "rows/frame")
 	b.ReportMetric(float64(solo.blocks)/float64(solo.frames), "blocks/frame")
@@ -393,7 +429,7 @@ func BenchmarkBookingBatch(b *testing.B) {
 		b.Run(fmt.Sprintf("frames=%d", n), func(b *testing.B) {
 			var fps float64
 			for i := 0; i < b.N; i++ {
-				fps = runPgbench(b, hosts, frames, n, clients)
+				fps = runPgbench(b, hosts, frames, n, clients).fps
 			}
 			if n == 6 {
 				base = fps
@@ -407,11 +443,18 @@ func BenchmarkBookingBatch(b *testing.B) {
 	}
 }
 
+// pgbenchRun is one pgbench run: frames booked per second, and the
+// database it booked them in (its frames are RUNNING, with their procs).
+type pgbenchRun struct {
+	fps float64
+	url string
+}
+
 // runPgbench seeds the same farm in another database and runs the
 // dispatcher's booking transaction with pgbench (prepared statements,
 // clients = the scheduler's pass concurrency), one batch of perBatch frames
-// of one layer per transaction. It returns frames booked per second.
-func runPgbench(b *testing.B, hosts, frames, perBatch, clients int) float64 {
+// of one layer per transaction.
+func runPgbench(b *testing.B, hosts, frames, perBatch, clients int) pgbenchRun {
 	b.Helper()
 	ctx := context.Background()
 	url := cuebotdb.Database(b)
@@ -506,6 +549,78 @@ func runPgbench(b *testing.B, hosts, frames, perBatch, clients int) float64 {
 	}
 	fps := tps * float64(booked) / float64(perClient*clients)
 	b.Logf("pgbench: %d transactions of ~%d frames by %d clients: %.0f tps, %.0f frames/s", perClient*clients, perBatch, clients, tps, fps)
+	return pgbenchRun{fps: fps, url: url}
+}
+
+// runCompletions is the other half of the loop's SQL without a scheduler:
+// the Cuebot emulator completes (exit 0, max RSS = the booked memory, as
+// the fake RQD reports) every frame pgbench started in the database at url,
+// emulatorConns at a time as in the end-to-end phase. It returns frames
+// completed per second, and fails unless every frame succeeded and every
+// proc is gone.
+func runCompletions(b *testing.B, url string) float64 {
+	b.Helper()
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pc.MaxConns = emulatorConns
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	rows, err := pool.Query(ctx, `SELECT p.pk_proc, p.pk_frame, h.str_name, p.int_mem_reserved
+		FROM proc p JOIN host h ON h.pk_host = p.pk_host`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var work []cuebotemu.Completion
+	for rows.Next() {
+		c := cuebotemu.Completion{RunTime: 30 * time.Millisecond}
+		if err := rows.Scan(&c.ProcID, &c.FrameID, &c.Host, &c.MaxRSSKB); err != nil {
+			b.Fatal(err)
+		}
+		work = append(work, c)
+	}
+	if rows.Err() != nil {
+		b.Fatal(rows.Err())
+	}
+	emu := cuebotemu.New(pool, nil)
+	next := make(chan cuebotemu.Completion)
+	errs := make(chan error, emulatorConns)
+	start := time.Now()
+	for range emulatorConns {
+		go func() {
+			var first error
+			for c := range next {
+				if err := emu.Complete(ctx, c); err != nil && first == nil {
+					first = err
+				}
+			}
+			errs <- first
+		}()
+	}
+	for _, c := range work {
+		next <- c
+	}
+	close(next)
+	for range emulatorConns {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	took := time.Since(start)
+	var left, succeeded int64
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM proc), (SELECT count(*) FROM frame WHERE str_state = 'SUCCEEDED')`).Scan(&left, &succeeded); err != nil {
+		b.Fatal(err)
+	}
+	if left != 0 || succeeded != int64(len(work)) {
+		b.Fatalf("the emulator completed %d of %d frames and left %d procs", succeeded, len(work), left)
+	}
+	fps := float64(len(work)) / took.Seconds()
+	b.Logf("completions: %d frames by %d workers in %s: %.0f frames/s", len(work), emulatorConns, took.Round(time.Millisecond), fps)
 	return fps
 }
 

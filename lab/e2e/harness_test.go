@@ -88,7 +88,7 @@ func newEnv(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc.MaxConns = 24
+	pc.MaxConns = emulatorConns
 	e.pool, err = pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +118,10 @@ func newEnv(t testing.TB) *env {
 	t.Cleanup(e.fake.Stop)
 	return e
 }
+
+// emulatorConns is the Cuebot emulator's pool: at most this many
+// completions are in the database at once.
+const emulatorConns = 24
 
 // runTime gives each frame 10-50 ms, derived from its id so reruns match.
 func runTime(rf *rqdpb.RunFrame) time.Duration {
