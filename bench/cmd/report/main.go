@@ -42,7 +42,11 @@ func mainErr(outDir, in, pkgs, run, benchtime string) error {
 		}
 		raw = b
 	} else {
-		args := []string{"test", "-run", "^$", "-bench", run, "-timeout", "60m"}
+		// -p 1: one package's benchmarks at a time. go test otherwise
+		// runs as many test binaries at once as there are CPUs, and a
+		// benchmark and its same-run baseline would each share the machine
+		// with whatever other package happened to be running.
+		args := []string{"test", "-p", "1", "-run", "^$", "-bench", run, "-timeout", "60m"}
 		if benchtime != "" {
 			args = append(args, "-benchtime", benchtime)
 		}
