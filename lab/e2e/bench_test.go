@@ -56,11 +56,12 @@ func envInt(name string, def int) int {
 // booking and completion on the same cores), dbalone-loop-vs-pgbench-ratio
 // the best e2e-vs-pgbench-ratio a scheduler costing nothing could reach on
 // the machine, and e2e-vs-dbalone-loop-ratio what the scheduler, the
-// sidecar, Redis and the fakes leave of it. stmts/frame, rows/frame and blocks/frame are the
-// scheduler's own Postgres statements, rows returned or affected and
-// shared-buffer accesses per dispatched frame from pg_stat_statements (the
-// scheduler connects as its own role so its statements are told apart from
-// the emulator's and the sidecar's), in the scheduler-alone phase. Each
+// sidecar, Redis and the fakes leave of it. stmts/frame, rows/frame and
+// blocks/frame are the scheduler's own Postgres statements, rows returned
+// or affected and shared-buffer accesses per dispatched frame from
+// pg_stat_statements (the scheduler connects as its own role so its
+// statements are told apart from the emulator's and the sidecar's), in the
+// scheduler-alone phase. Each
 // phase logs the scheduler's CUESCHED_BENCH_STMTS (12) statements with the
 // most calls (calls, rows, blocks, total and mean time, the first
 // CUESCHED_BENCH_STMT_CHARS (80) characters of the text): run with -v.
