@@ -550,7 +550,9 @@ type releasePayload struct {
 // send Cuebot's pg_notify('acct_release', $2). Cuebot sends these as
 // separate statements of one transaction; one statement has the same
 // effects and does not hold the host row across round trips (the
-// scheduler's booking transactions wait on it). $1 proc.
+// scheduler's booking transactions wait on it). $1 proc, $2 payload. The
+// last column reads n only so that its SELECT (the notification) runs: a
+// CTE that nothing reads is not executed.
 const unbookSQL = `
 WITH d AS (
     DELETE FROM proc WHERE pk_proc = $1
@@ -578,7 +580,7 @@ func (e *Emulator) release(ctx context.Context, p *procRow) error {
 	err := e.tx(ctx, func(tx pgx.Tx) error {
 		deleted = false
 		var host, show, job, layer string
-		var cores, mem, gpus, gpuMem, notified int64
+		var cores, mem, gpus, gpuMem int64
 		var local, managed bool
 		payload := ""
 		if e.opts.NotifyRelease {
@@ -589,7 +591,7 @@ func (e *Emulator) release(ctx context.Context, p *procRow) error {
 			payload = string(b)
 		}
 		err := tx.QueryRow(ctx, unbookSQL, p.id, payload).Scan(
-			&host, &show, &job, &layer, &local, &cores, &mem, &gpus, &gpuMem, &managed, &notified)
+			&host, &show, &job, &layer, &local, &cores, &mem, &gpus, &gpuMem, &managed, nil)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // already gone: no host or accounting change
 		}
