@@ -82,6 +82,10 @@ type Job struct {
 	// BelowMinCores: the job runs fewer cores than job_resource.int_min_cores
 	// (it was ranked ahead of the jobs at their minimum).
 	BelowMinCores bool
+	// Live is the job's live use (centicores, GPUs) as the pending query
+	// weighed it: the accounting store's counters, or the sums of its procs
+	// (nil when the job did not come from Pending).
+	Live *Use
 }
 
 // Frame is a WAITING frame fetched for dispatch.

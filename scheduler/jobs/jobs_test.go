@@ -778,3 +778,56 @@ func TestPassLayersIsEachJobsLayers(t *testing.T) {
 		t.Fatalf("rich: layers %v; want sim (its env and limit) and comp, held left out, its own 3 live cores", names(ls))
 	}
 }
+
+// TestPassLayersTakesTheGivenLiveUse: a job whose live use the pass already
+// read (PassLayerQuery.Live, from Pending) is capped by that use, not by
+// its procs; a job not given is summed as before. Pending gives every job
+// its live use, from the procs or from the store.
+func TestPassLayersTakesTheGivenLiveUse(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := context.Background()
+	capped := w.job(t, farmseed.JobSpec{Name: "capped", MaxCores: 5, Layers: []farmseed.LayerSpec{
+		{Name: "a", Tags: []string{"general"}, Frames: 10, NotThreadable: true}}})
+	other := w.job(t, farmseed.JobSpec{Name: "other", MaxCores: 5, Layers: []farmseed.LayerSpec{
+		{Name: "b", Tags: []string{"general"}, Frames: 10, NotThreadable: true}}})
+	// Procs: 2 cores of capped, 1 of other.
+	for i := 0; i < 2; i++ {
+		must(w.seed.Proc(ctx, farmseed.ProcSpec{Host: w.host, Frame: capped.Layers[0].Frames[i], Cores: 1, MemKB: farmseed.GB}))(t)
+	}
+	must(w.seed.Proc(ctx, farmseed.ProcSpec{Host: w.host, Frame: other.Layers[0].Frames[0], Cores: 1, MemKB: farmseed.GB}))(t)
+
+	q := jobs.PendingQuery{ShowID: w.show.ID, FacilityID: w.facility, Tags: []string{"general"}}
+	js, err := jobs.Pending(ctx, w.pool, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]jobs.Use{capped.ID: {Cores: 200}, other.ID: {Cores: 100}}
+	for _, j := range js {
+		if j.Live == nil || *j.Live != want[j.ID] {
+			t.Fatalf("pending, procs summed: job %s live %v, want %v", j.Name, j.Live, want[j.ID])
+		}
+	}
+	q.Live = procLive{pool: w.pool, jobs: map[string]jobs.Use{capped.ID: {Cores: 400}}}
+	if js, err = jobs.Pending(ctx, w.pool, q); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range js {
+		if j.ID == capped.ID && (j.Live == nil || j.Live.Cores != 400) {
+			t.Fatalf("pending with the store: job %s live %v, want the store's 400", j.Name, j.Live)
+		}
+	}
+
+	// The store says capped holds 4 of its 5 cores: one frame left.
+	read, err := jobs.PassLayers(ctx, w.pool, jobs.PassLayerQuery{JobIDs: []string{capped.ID, other.ID},
+		Tags: []string{"general"}, FramesPerLayer: 20, Live: map[string]jobs.Use{capped.ID: {Cores: 400}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls := jobs.Dispatchable(read[capped.ID], nil); len(ls) != 1 || len(ls[0].Frames) != 1 || ls[0].JobCoresLive != 400 {
+		t.Fatalf("capped with a given use of 4 cores: %v, %d frames; want 1 frame", names(ls), frames(ls))
+	}
+	if ls := jobs.Dispatchable(read[other.ID], nil); len(ls) != 1 || len(ls[0].Frames) != 4 || ls[0].JobCoresLive != 100 {
+		t.Fatalf("other, summed from its procs (1 of 5 cores): %v, %d frames; want 4", names(ls), frames(ls))
+	}
+}

@@ -128,7 +128,8 @@ WITH ph AS MATERIALIZED (
 // sub_live.
 const pendingSelect = `
 SELECT j.pk_job, j.str_name, sh.str_name, j.pk_facility, j.pk_folder, j.pk_dept,
-       jr.int_priority, j.ts_started, e.effective, u.under_min
+       jr.int_priority, j.ts_started, e.effective, u.under_min,
+       COALESCE(jl.cores, 0)::bigint, COALESCE(jl.gpus, 0)::bigint
 FROM job j
 JOIN show sh            ON sh.pk_show = j.pk_show
 JOIN job_resource jr    ON jr.pk_job = j.pk_job
@@ -203,11 +204,13 @@ func Pending(ctx context.Context, db DB, q PendingQuery) ([]Job, error) {
 	var out []Job
 	for rows.Next() {
 		var j Job
+		var live Use
 		if err := rows.Scan(&j.ID, &j.Name, &j.ShowName, &j.FacilityID, &j.FolderID, &j.DeptID,
-			&j.Priority, &j.Started, &j.Effective, &j.BelowMinCores); err != nil {
+			&j.Priority, &j.Started, &j.Effective, &j.BelowMinCores, &live.Cores, &live.GPUs); err != nil {
 			return nil, fmt.Errorf("pending jobs of show %s: %w", q.ShowID, err)
 		}
 		j.ShowID = q.ShowID
+		j.Live = &live
 		out = append(out, j)
 	}
 	if err := rows.Err(); err != nil {
@@ -348,6 +351,11 @@ type PassLayerQuery struct {
 	FramesPerLayer int
 	Exclude        []string
 	Schema         *Schema
+	// Live, by job, is the live use the pass's Pending read (Job.Live):
+	// the statement does not sum the procs of a job given here (at a full
+	// farm that sum was a third of the statement's time), and the job's
+	// layers carry the given use. Jobs not given are summed.
+	Live map[string]Use
 }
 
 // layersSQL reads the dispatchable layers of the jobs $1 with up to $3
@@ -355,10 +363,13 @@ type PassLayerQuery struct {
 // alone returns (the job's live cores are its own sums, grouped per job).
 // What belongs to a layer (limits, env, runtime) or to a job (env, folder
 // caps) is read once per layer or job, not once per frame row.
+//
+// Only the jobs $5 have their procs summed: the others' live use is the
+// caller's (PassLayerQuery.Live), and the statement returns 0 for it.
 const layersSQL = `
 WITH jl AS (
     SELECT p.pk_job, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
-    FROM proc p WHERE p.pk_job = ANY($1::text[])
+    FROM proc p WHERE p.pk_job = ANY($5::text[])
     GROUP BY p.pk_job
 ), lay AS MATERIALIZED (
     SELECT l.pk_job, l.pk_layer, l.str_name, l.str_cmd, l.str_range, l.int_chunk_size, l.int_dispatch_order,
@@ -446,7 +457,13 @@ func PassLayers(ctx context.Context, db DB, q PassLayerQuery) (map[string][]*Lay
 	if len(q.JobIDs) == 0 {
 		return out, nil
 	}
-	rows, err := db.Query(ctx, q.Schema.adapt(layersSQL), q.JobIDs, normTags(q.Tags), q.FramesPerLayer, exclude)
+	summed := make([]string, 0, len(q.JobIDs))
+	for _, id := range q.JobIDs {
+		if _, ok := q.Live[id]; !ok {
+			summed = append(summed, id)
+		}
+	}
+	rows, err := db.Query(ctx, q.Schema.adapt(layersSQL), q.JobIDs, normTags(q.Tags), q.FramesPerLayer, exclude, summed)
 	if err != nil {
 		return nil, fmt.Errorf("layers of %d job(s): %w", len(q.JobIDs), err)
 	}
@@ -481,6 +498,9 @@ func PassLayers(ctx context.Context, db DB, q PassLayerQuery) (map[string][]*Lay
 		}
 		if stopped != nil {
 			f.Stopped = *stopped
+		}
+		if u, ok := q.Live[l.JobID]; ok {
+			l.JobCoresLive, l.JobGPUsLive = u.Cores, u.GPUs
 		}
 		if cur == nil || cur.ID != l.ID {
 			l.ChunkSize = int(max(chunk, 1))

@@ -350,17 +350,23 @@ const stalePassRead = 10 * time.Minute
 // Turn instead of every job querying its own. At the job's turn its
 // backed-off layers are left out and its cap applied (jobs.Dispatchable),
 // so the job gets what its own query would have returned then, unless this
-// process booked the job since the read: that job queries its own. With a
+// process booked the job since the read: that job queries its own. The
+// jobs' live use is the one Pending read (jobs.Job.Live), so the statement
+// does not sum their procs again. With a
 // Sizer that is a Warmer the histories of the layers read are read in one
 // statement too, so each job's sizing finds them cached.
 func (m *Matcher) PassLayers(ctx context.Context, c *clusters.Cluster, js []jobs.Job) (*PassRead, error) {
 	ids := make([]string, len(js))
+	live := make(map[string]jobs.Use, len(js))
 	for i, j := range js {
 		ids[i] = j.ID
+		if j.Live != nil {
+			live[j.ID] = *j.Live
+		}
 	}
 	read := &PassRead{seq: m.seq.Load()}
 	by, err := jobs.PassLayers(ctx, m.db, jobs.PassLayerQuery{
-		JobIDs: ids, Tags: c.TagNames(), FramesPerLayer: m.cfg.FramesPerLayer, Schema: m.cfg.Schema,
+		JobIDs: ids, Tags: c.TagNames(), FramesPerLayer: m.cfg.FramesPerLayer, Schema: m.cfg.Schema, Live: live,
 	})
 	if err != nil {
 		return nil, err
