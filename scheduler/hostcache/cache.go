@@ -48,7 +48,11 @@ type Config struct {
 	// LeaseTimeout returns a host that was checked out and never checked in
 	// (a leaked checkout) to the index (10 min).
 	LeaseTimeout time.Duration
-	// StatusInterval is the replication status/keepalive interval (5 s).
+	// StatusInterval is the replication status/keepalive interval (500
+	// ms). While no mirrored row changes, the keepalive it asks for is
+	// what tells the cache it is current, so the staleness gauge of an
+	// idle farm saws up to this interval: at the stream's 5 s default a
+	// full farm whose frames ran long read 5 s stale with nothing behind.
 	StatusInterval time.Duration
 	// Placement, when set, scores a bounded candidate set (E-PVM, see
 	// Placement) instead of taking the first host of the strategy's walk;
@@ -67,7 +71,7 @@ func DefaultConfig(connString string) Config {
 	return Config{
 		ConnString: connString, Publication: "cuesched_hostcache", MemoryKeyDivisor: 2 << 30,
 		GroupIdleTimeout: 3 * time.Hour, Strategy: ptr(DefaultStrategy()), AssumeTTL: 10 * time.Second,
-		LeaseTimeout: 10 * time.Minute, StatusInterval: 5 * time.Second,
+		LeaseTimeout: 10 * time.Minute, StatusInterval: 500 * time.Millisecond,
 		Placement: ptr(DefaultPlacement()), WarmFrames: 8,
 	}
 }

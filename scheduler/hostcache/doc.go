@@ -164,7 +164,9 @@
 // that returned a host), _misses_total (checkouts that found none),
 // _staleness_seconds (now − the time the cache is known current as of: the
 // last applied commit, or the last keepalive received with nothing in
-// flight, so an idle database does not look stale), _snapshots_total,
+// flight, so an idle database does not look stale: a keepalive is asked
+// for every Config.StatusInterval, 500 ms, the gauge's floor while nothing
+// the cache mirrors changes), _snapshots_total,
 // _group_builds_total, _group_evictions_total, _lease_expired_total,
 // _capacity_wakeups_total (group bumps) and _assumptions_total{outcome};
 // scheduler_placements_total{locality} counts the frames booked by the
