@@ -352,9 +352,9 @@ type PassLayerQuery struct {
 	Exclude        []string
 	Schema         *Schema
 	// Live, by job, is the live use the pass's Pending read (Job.Live):
-	// the statement does not sum the procs of a job given here (at a full
-	// farm that sum was a third of the statement's time), and the job's
-	// layers carry the given use. Jobs not given are summed.
+	// the statement does not sum the procs of a job given here (at
+	// SCALE's full farm that sum was about 30% of the statement's time),
+	// and the job's layers carry the given use. Jobs not given are summed.
 	Live map[string]Use
 }
 
