@@ -499,10 +499,10 @@ func PassLayers(ctx context.Context, db DB, q PassLayerQuery) (map[string][]*Lay
 		if stopped != nil {
 			f.Stopped = *stopped
 		}
-		if u, ok := q.Live[l.JobID]; ok {
-			l.JobCoresLive, l.JobGPUsLive = u.Cores, u.GPUs
-		}
 		if cur == nil || cur.ID != l.ID {
+			if u, ok := q.Live[l.JobID]; ok {
+				l.JobCoresLive, l.JobGPUsLive = u.Cores, u.GPUs
+			}
 			l.ChunkSize = int(max(chunk, 1))
 			l.Services = splitList(services, ",")
 			l.Tags = splitList(tags, "|")
