@@ -68,7 +68,7 @@ dashboard-check: deps build
 #   make scale SCALE_FLAGS='--hosts 1000 --frames 50000'
 SCALE_FLAGS ?=
 scale: deps build
-	./bin/cuesched-lab sim --scenario SCALE --out scale $(SCALE_FLAGS)
+	./bin/cuesched-lab sim --scenario SCALE --scheduler-bin bin/cuesched --out scale $(SCALE_FLAGS)
 
 # The full fault and bad-input suite (lab/faults): every fault
 # randomized and repeated, the chaos run, and every bad-input case. Its fast

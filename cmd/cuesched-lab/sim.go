@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -17,7 +18,7 @@ import (
 
 const simUsage = `usage: cuesched-lab sim [--scenario NAME[,NAME…]|all] [--seed N] [--scale F] [--hosts N] [--frames N]
                     [--schedulers N] [--work-split none|allocation|cluster] [--json] [--out DIR] [--no-variants] [--list]
-                    [--cpuprofile FILE]
+                    [--cpuprofile FILE] [--scheduler-bin FILE]
 
 The verify battery: farm-scale scenarios that drive the real scheduler(s)
 and sidecar in-process against an embedded PostgreSQL and Redis (started in
@@ -48,6 +49,7 @@ func runSim(ctx context.Context, c *cli.Env, args []string) int {
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	verbose := fs.Bool("v", false, "print the components' logs")
 	cpuProfile := fs.String("cpuprofile", "", "write a pprof CPU profile of the whole run (scheduler, sidecar and fakes share the process) to this file")
+	schedBin := fs.String("scheduler-bin", besideMe("cuesched"), "the cuesched binary SCALE runs its schedulers with, as child processes (\"\": in this process, as every other scenario)")
 	if code, done := fs.ParseArgs(args); done {
 		return code
 	}
@@ -98,7 +100,7 @@ func runSim(ctx context.Context, c *cli.Env, args []string) int {
 	defer stop()
 	progress := func(line string) { fmt.Fprintln(c.Stderr, line) }
 	b, err := sim.NewBattery(ctx, sim.Options{Seed: *seed, Scale: *scale, Hosts: *hosts, Frames: *frames, Schedulers: *schedulers, WorkSplit: *workSplit,
-		NoVariants: *noVariants, Progress: progress, Verbose: *verbose})
+		NoVariants: *noVariants, Progress: progress, Verbose: *verbose, SchedulerBin: *schedBin})
 	if err != nil {
 		fmt.Fprintf(c.Stderr, "%s: %v\n", name, err)
 		return 1
@@ -135,4 +137,18 @@ func runSim(ctx context.Context, c *cli.Env, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// besideMe is the path of a file named name in this executable's directory,
+// or "" if there is none (make build puts cuesched beside cuesched-lab).
+func besideMe(name string) string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(exe), name)
+	if st, err := os.Stat(p); err != nil || st.IsDir() {
+		return ""
+	}
+	return p
 }

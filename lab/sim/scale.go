@@ -118,6 +118,10 @@ func runScale(ctx context.Context, w *World) error {
 	if err := w.Start(ctx, nScheds); err != nil {
 		return err
 	}
+	children := len(w.childPIDs()) > 0
+	if children {
+		w.Note("the schedulers run as child processes of %s (cuesched scheduler); the sidecar, the fakes and the monitor in this one", w.Opts.SchedulerBin)
+	}
 	start := time.Now()
 	samples := &scaleSamples{}
 	w.Sample(func(ctx context.Context, t float64) { samples.take(ctx, w) })
@@ -128,6 +132,7 @@ func runScale(ctx context.Context, w *World) error {
 		w.Note("95%% not reached in %s (%.0f%%)", scaleFillLimit, w.LaunchedFill()*100)
 	}
 	heapFull := heapInUse()
+	childHeapFull := w.childHeap()
 	filled := w.Fake.Totals()
 	// The statistics are still the seeded farm's: no frame RUNNING. On a
 	// 1M-frame farm the ~90k started are below autovacuum's analyze
@@ -158,6 +163,13 @@ func runScale(ctx context.Context, w *World) error {
 	rssEnd := selfRSS()
 	w.Note("once full, over the %s window: %s", scaleSustain, w.pipeline().since(pipe0))
 	cpu1 := processCPU()
+	var childCPU float64
+	var childHWM []int64
+	for _, pid := range w.childPIDs() {
+		childCPU += procCPU(pid)
+		childHWM = append(childHWM, procStatus(pid, "VmHWM"))
+	}
+	childHeapEnd := w.childHeap()
 	elapsed := time.Since(start).Seconds()
 	launchRate := float64(t1.Launched-t0.Launched) / scaleSustain.Seconds()
 	endRate := float64(t1.Ended-t0.Ended) / scaleSustain.Seconds()
@@ -173,15 +185,36 @@ func runScale(ctx context.Context, w *World) error {
 	w.Metric("completions/s once full through the Cuebot emulator (procs released in the database)",
 		float64(emu1.Completed-emu0.Completed)/scaleSustain.Seconds(), Info, 0, "")
 	rss := samples.maxRSS()
-	w.Metric("process RSS, max (schedulers + sidecar + fakes in one process)", float64(rss>>20), AtMost, 1024, " MiB")
-	w.Metric("Go heap growth per host, scheduler start to full (host cache + in flight; upper bound)",
-		float64(max(heapFull-heap0, 0))/float64(nHosts), Info, 0, " B")
-	// The process holds every scheduler, the sidecar and the fakes: the
-	// heap each one's code allocated tells the schedulers' own share.
-	// The goal is RSS <= 1 GiB; at GOGC=100 a Go heap peaks near twice
-	// what is live, so a scheduler of its own would hold about twice this.
-	w.Metric("Go heap in use allocated by scheduler code, per scheduler, end of the window (RSS goal 1 GiB = twice this)",
-		float64(owners["scheduler"]>>20)/float64(nScheds), AtMost, 512, " MiB")
+	if children {
+		// The deployed scheduler's own memory: each child's peak RSS
+		// (VmHWM, the kernel's high-water mark over its whole life).
+		var worst int64
+		var each []string
+		for _, b := range childHWM {
+			worst = max(worst, b)
+			each = append(each, fmt.Sprintf("%d", b>>20))
+		}
+		w.Metric("scheduler RSS, max per scheduler process (VmHWM)", float64(worst>>20), AtMost, 1024, " MiB")
+		w.Note("scheduler processes' peak RSS: %s MiB; Go heap in use at full: %s MiB, at the end of the window: %s MiB",
+			strings.Join(each, ", "), mibList(childHeapFull), mibList(childHeapEnd))
+		w.Metric("simulator process RSS, max (sidecar, fake RQD, Cuebot emulator, monitor)", float64(rss>>20), Info, 0, " MiB")
+		var heapAtFull int64
+		for _, b := range childHeapFull {
+			heapAtFull = max(heapAtFull, b)
+		}
+		w.Metric("scheduler Go heap in use at full, per host (host cache + in flight; upper bound)",
+			float64(heapAtFull)/float64(nHosts), Info, 0, " B")
+	} else {
+		w.Metric("process RSS, max (schedulers + sidecar + fakes in one process)", float64(rss>>20), AtMost, 1024, " MiB")
+		w.Metric("Go heap growth per host, scheduler start to full (host cache + in flight; upper bound)",
+			float64(max(heapFull-heap0, 0))/float64(nHosts), Info, 0, " B")
+		// The process holds every scheduler, the sidecar and the fakes: the
+		// heap each one's code allocated tells the schedulers' own share.
+		// The goal is RSS <= 1 GiB; at GOGC=100 a Go heap peaks near twice
+		// what is live, so a scheduler of its own would hold about twice this.
+		w.Metric("Go heap in use allocated by scheduler code, per scheduler, end of the window (RSS goal 1 GiB = twice this)",
+			float64(owners["scheduler"]>>20)/float64(nScheds), AtMost, 512, " MiB")
+	}
 	w.Note("at the end of the window: process RSS %d MiB; Go heap in use by the code that allocated it (sampled heap profile): "+
 		"schedulers %d MiB, sidecar %d MiB, simulator (fake RQD, Cuebot emulator, monitor, seeding) %d MiB, other (runtime, pools' own goroutines) %d MiB",
 		rssEnd>>20, owners["scheduler"]>>20, owners["sidecar"]>>20, owners["simulator"]>>20, owners["other"]>>20)
@@ -216,14 +249,22 @@ func runScale(ctx context.Context, w *World) error {
 	} else {
 		w.Note("races lost: no scheduler_bookings_planned_total in this build (branch scale-shard adds it)")
 	}
-	// CPU: the Go process (product and fakes together), and PostgreSQL's
-	// backends by who they serve.
+	// CPU: the Go processes, and PostgreSQL's backends by who they serve.
 	goCPU := (cpu1 - cpu0).Seconds()
 	pgProduct, pgLab := w.backendCPU(ctx)
-	w.Metric("CPU: Go process (schedulers, sidecar, fake RQD, emulator, monitor)", goCPU/elapsed*100, Info, 0, "% of a core")
+	if children {
+		w.Metric("CPU: scheduler processes", childCPU/elapsed*100, Info, 0, "% of a core")
+		w.Metric("CPU: simulator process (sidecar, fake RQD, emulator, monitor)", goCPU/elapsed*100, Info, 0, "% of a core")
+	} else {
+		w.Metric("CPU: Go process (schedulers, sidecar, fake RQD, emulator, monitor)", goCPU/elapsed*100, Info, 0, "% of a core")
+	}
 	w.Metric("CPU: PostgreSQL serving the product", pgProduct/elapsed*100, Info, 0, "% of a core")
 	w.Metric("CPU: PostgreSQL serving the simulator", pgLab/elapsed*100, Info, 0, "% of a core")
-	w.Note("CPU shares of the whole run (%.0f s); the Go process's own split, from a pprof of COLDFILL at 10,000 hosts: fake RQD ~6%%, lab/sim ~11%%, the rest the product", elapsed)
+	if children {
+		w.Note("CPU shares of the whole run (%.0f s)", elapsed)
+	} else {
+		w.Note("CPU shares of the whole run (%.0f s); the Go process's own split, from a pprof of COLDFILL at 10,000 hosts: fake RQD ~6%%, lab/sim ~11%%, the rest the product", elapsed)
+	}
 	return nil
 }
 
@@ -447,6 +488,28 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// childHeap is each child scheduler's Go heap in use
+// (go_memstats_heap_inuse_bytes from its /metrics).
+func (w *World) childHeap() []int64 {
+	var out []int64
+	for _, in := range w.scheds {
+		if in.child == nil || in.dead {
+			continue
+		}
+		v, _ := in.gauge("go_memstats_heap_inuse_bytes")
+		out = append(out, int64(v))
+	}
+	return out
+}
+
+func mibList(b []int64) string {
+	var parts []string
+	for _, v := range b {
+		parts = append(parts, fmt.Sprintf("%d", v>>20))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // scaleSamples are what the monitor's ticks sample once a second.

@@ -59,6 +59,11 @@ type Options struct {
 	// observation window. 0 or 1: as written (the CLI); the tests pass
 	// testenv's factor.
 	Patience float64
+	// SchedulerBin is the deployed cuesched binary. When set, SCALE runs
+	// its schedulers as child processes of it ("cuesched scheduler"), so
+	// their RSS and CPU are measured apart from the fakes'; otherwise
+	// every scheduler runs in this process.
+	SchedulerBin string
 }
 
 func (o Options) scale(n int) int {

@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"math/rand"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -110,8 +111,10 @@ type World struct {
 	// pg_stat_statements tells their statements from the emulator's, the
 	// sidecar's and the monitor's (SchedulerRole).
 	schedRole string
-	started   time.Time
-	mon       *monitor
+	// childDir holds the child schedulers' configuration files and logs.
+	childDir string
+	started  time.Time
+	mon      *monitor
 
 	mu      sync.Mutex
 	metrics []Metric
@@ -126,6 +129,11 @@ type instance struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	dead   bool
+	// child, metricsURL and log are set instead of s, reg and pool for a
+	// scheduler run as a child process (startChild).
+	child      *exec.Cmd
+	metricsURL string
+	log        string
 }
 
 func newWorld(ctx context.Context, env *Env, o Options, name string, v Variant) (*World, error) {
@@ -468,6 +476,9 @@ func (w *World) startScheduler(ctx context.Context, i int) error {
 		url = strings.Replace(url, "postgres@", w.schedRole+"@", 1)
 		cfg.Database.URL = url
 	}
+	if w.Opts.SchedulerBin != "" && w.scale {
+		return w.startChild(ctx, i, cfg)
+	}
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return err
@@ -524,14 +535,8 @@ func (w *World) Gauges(name string) []float64 {
 		if in.dead {
 			continue
 		}
-		fams, err := in.reg.Gather()
-		if err != nil {
-			continue
-		}
-		for _, f := range fams {
-			if f.GetName() == name && len(f.GetMetric()) > 0 {
-				out = append(out, f.GetMetric()[0].GetGauge().GetValue())
-			}
+		if v, ok := in.gauge(name); ok {
+			out = append(out, v)
 		}
 	}
 	return out
@@ -541,7 +546,16 @@ func (w *World) Gauges(name string) []float64 {
 // accounting loops, or -1.
 func (w *World) Leader() int {
 	for i, in := range w.scheds {
-		if !in.dead && in.s.Accounting != nil && in.s.Accounting.IsLeader() {
+		if in.dead {
+			continue
+		}
+		if in.child != nil {
+			if v, ok := in.gauge("scheduler_accounting_leader"); ok && v == 1 {
+				return i
+			}
+			continue
+		}
+		if in.s.Accounting != nil && in.s.Accounting.IsLeader() {
 			return i
 		}
 	}
@@ -554,6 +568,12 @@ func (w *World) Leader() int {
 func (w *World) Kill(i int) {
 	in := w.scheds[i]
 	in.dead = true
+	if in.child != nil {
+		_ = in.child.Process.Kill()
+		in.cancel()
+		<-in.done
+		return
+	}
 	in.cancel()
 	in.pool.Reset()
 	<-in.done
@@ -574,7 +594,10 @@ func (w *World) StopSampling() {
 // instance's registry.
 func (w *World) series(name string, f func(m *dto.Metric)) {
 	for _, in := range w.scheds {
-		fams, err := in.reg.Gather()
+		if in.dead {
+			continue
+		}
+		fams, err := in.gather()
 		if err != nil {
 			continue
 		}
@@ -743,7 +766,7 @@ func (w *World) checkInvariants(ctx context.Context) {
 // 30 s; whatever has been reported by then is read).
 func (w *World) deadlocks(ctx context.Context) int64 {
 	for _, in := range w.scheds {
-		if !in.dead {
+		if !in.dead && in.pool != nil {
 			in.pool.Close()
 		}
 	}
@@ -795,10 +818,13 @@ func (w *World) close() {
 	}
 	w.wg.Wait()
 	for _, in := range w.scheds {
-		if !in.dead {
+		if !in.dead && in.s != nil {
 			in.s.Close()
 			in.pool.Close()
 		}
+	}
+	if w.childDir != "" {
+		_ = os.RemoveAll(w.childDir)
 	}
 	ctx := context.Background()
 	if w.Pool != nil {
