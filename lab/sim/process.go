@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -86,27 +85,30 @@ func (w *World) startChild(ctx context.Context, i int, cfg config.Config) error 
 	go func() { exited <- cmd.Wait() }()
 	go func() {
 		defer close(in.done)
+		var err error
 		select {
-		case err := <-exited:
-			// It ended before the world stopped it.
-			w.Note("scheduler %d (pid %d) exited on its own: %v; its log ends: %s", i, cmd.Process.Pid, err, tail(logPath, 400))
-			in.dead = true
-			return
-		case <-ictx.Done():
-		}
-		if !in.dead {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-		}
-		select {
-		case err := <-exited:
-			var ee *exec.ExitError
-			if err != nil && !in.dead && !(errors.As(err, &ee) && ee.ExitCode() == 0) {
-				w.Note("scheduler %d (pid %d) did not drain cleanly on SIGTERM: %v; its log ends: %s", i, cmd.Process.Pid, err, tail(logPath, 400))
+		case err = <-exited:
+			if ictx.Err() == nil {
+				w.Note("scheduler %d (pid %d) exited on its own: %v; its log ends: %s", i, cmd.Process.Pid, err, tail(logPath, 400))
+				return
 			}
-		case <-time.After(childDrain):
-			_ = cmd.Process.Kill()
-			<-exited
-			w.Note("scheduler %d (pid %d) still running %s after SIGTERM: killed", i, cmd.Process.Pid, childDrain)
+		case <-ictx.Done():
+			// The world stops it (SIGTERM, the deployed drain) unless Kill
+			// has (in.dead is written before the cancel).
+			if !in.dead {
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+			}
+			select {
+			case err = <-exited:
+			case <-time.After(childDrain):
+				_ = cmd.Process.Kill()
+				<-exited
+				w.Note("scheduler %d (pid %d) still running %s after SIGTERM: killed", i, cmd.Process.Pid, childDrain)
+				return
+			}
+		}
+		if err != nil && !in.dead {
+			w.Note("scheduler %d (pid %d) did not drain cleanly on SIGTERM: %v; its log ends: %s", i, cmd.Process.Pid, err, tail(logPath, 400))
 		}
 	}()
 	return nil

@@ -34,8 +34,10 @@ import (
 // PostgreSQL statements are counted per role (the simulator's pool - the
 // Cuebot emulator, the monitor, the audit - logs in as scaleLabRole, the
 // schedulers and the sidecar as the database owner), PostgreSQL CPU per
-// backend's application_name, and the Go process's CPU (schedulers, sidecar
-// and fakes share it) is reported whole beside them.
+// backend's role, and, with Options.SchedulerBin, each scheduler is a child
+// process of the deployed binary whose RSS (VmHWM) and CPU are its own;
+// without it the schedulers share this process with the sidecar and the
+// fakes, and the heap their code allocated stands for their memory.
 
 const (
 	scaleHosts   = 10000

@@ -569,8 +569,8 @@ func (w *World) Kill(i int) {
 	in := w.scheds[i]
 	in.dead = true
 	if in.child != nil {
-		_ = in.child.Process.Kill()
 		in.cancel()
+		_ = in.child.Process.Kill()
 		<-in.done
 		return
 	}
