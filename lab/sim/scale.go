@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
@@ -111,6 +112,12 @@ func runScale(ctx context.Context, w *World) error {
 	w.RunTimes(runMin, 2*runMin)
 	if _, err := w.Pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
 		w.Note("pg_stat_statements: %v", err)
+	}
+	// Planning time too: a statement planned again on every call (a custom
+	// plan) costs PostgreSQL's CPU that total_exec_time does not show.
+	// For the sessions opened from here on: the schedulers', the sidecar's.
+	if _, err := w.Pool.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{w.dbName}.Sanitize()+` SET pg_stat_statements.track_planning = on`); err != nil {
+		w.Note("pg_stat_statements.track_planning: %v", err)
 	}
 	if _, err := w.Pool.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
 		w.Note("pg_stat_statements_reset: %v", err)
@@ -233,12 +240,19 @@ func runScale(ctx context.Context, w *World) error {
 		w.Metric("product rows per dispatched frame", p.rows/launched, Info, 0, "")
 		w.Metric("product buffer hits per dispatched frame", p.hits/launched, Info, 0, "")
 		w.Metric("product DB time per dispatched frame", p.ms/launched, Info, 0, " ms")
+		if p.plans > 0 {
+			w.Metric("product planning time per dispatched frame (beside the DB time above)", p.planMs/launched, Info, 0, " ms")
+		}
 		w.Metric("simulator statements per dispatched frame (Cuebot emulator, monitor)", st.lab.calls/launched, Info, 0, "")
 		if st.jobsMean >= 0 {
 			w.Metric("job query (pendingSQL) mean", st.jobsMean, Info, 0, " ms")
 		}
 		if st.layersMean >= 0 {
 			w.Metric("layer query (layersSQL) mean", st.layersMean, Info, 0, " ms")
+		}
+		if st.layersPlanMean >= 0 {
+			w.Metric("layer query (layersSQL) planning a call", st.layersPlanMean, Info, 0, " ms")
+			w.Metric("layer query (layersSQL) calls planned", st.layersPlanned*100, Info, 0, "%")
 		}
 		for _, top := range st.top {
 			w.Note("product statement: %s", top)
@@ -387,20 +401,23 @@ func (w *World) labRole(ctx context.Context) error {
 	return nil
 }
 
-type stmtSums struct{ calls, rows, hits, ms float64 }
+type stmtSums struct{ calls, rows, hits, ms, planMs, plans float64 }
 
 type scaleStatements struct {
 	product, lab         stmtSums
 	jobsMean, layersMean float64 // ms; -1 when not found
-	top                  []string
+	// layersPlanMean is layersSQL's planning time a plan (ms) and
+	// layersPlanned the share of its calls that were planned (-1: not found).
+	layersPlanMean, layersPlanned float64
+	top                           []string
 }
 
 // statements reads pg_stat_statements of the scenario's database since the
 // reset at Start, split by role.
 func (w *World) statements(ctx context.Context) (scaleStatements, error) {
-	out := scaleStatements{jobsMean: -1, layersMean: -1}
+	out := scaleStatements{jobsMean: -1, layersMean: -1, layersPlanMean: -1, layersPlanned: -1}
 	rows, err := w.Pool.Query(ctx, `SELECT r.rolname = $1, s.calls::float8, s.rows::float8, s.shared_blks_hit::float8,
-		s.total_exec_time, s.mean_exec_time, left(regexp_replace(s.query, '\s+', ' ', 'g'), 400)
+		s.total_exec_time, s.mean_exec_time, s.total_plan_time, s.plans::float8, left(regexp_replace(s.query, '\s+', ' ', 'g'), 400)
 		FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
 		JOIN pg_database d ON d.oid = s.dbid AND d.datname = current_database()
 		ORDER BY s.total_exec_time DESC`, scaleLabRole)
@@ -410,9 +427,9 @@ func (w *World) statements(ctx context.Context) (scaleStatements, error) {
 	defer rows.Close()
 	for rows.Next() {
 		var lab bool
-		var calls, nrows, hits, total, mean float64
+		var calls, nrows, hits, total, mean, planTotal, plans float64
 		var q string
-		if err := rows.Scan(&lab, &calls, &nrows, &hits, &total, &mean, &q); err != nil {
+		if err := rows.Scan(&lab, &calls, &nrows, &hits, &total, &mean, &planTotal, &plans, &q); err != nil {
 			return out, err
 		}
 		sum := &out.product
@@ -423,6 +440,8 @@ func (w *World) statements(ctx context.Context) (scaleStatements, error) {
 		sum.rows += nrows
 		sum.hits += hits
 		sum.ms += total
+		sum.planMs += planTotal
+		sum.plans += plans
 		if lab {
 			continue
 		}
@@ -432,9 +451,13 @@ func (w *World) statements(ctx context.Context) (scaleStatements, error) {
 			out.jobsMean = mean
 		case out.layersMean < 0 && strings.HasPrefix(q, "WITH jl AS"):
 			out.layersMean = mean
+			if plans > 0 && calls > 0 {
+				out.layersPlanMean, out.layersPlanned = planTotal/plans, plans/calls
+			}
 		}
 		if len(out.top) < 5 {
-			out.top = append(out.top, fmt.Sprintf("%.0f ms in %.0f calls (%.2f ms each): %.90s", total, calls, mean, q))
+			out.top = append(out.top, fmt.Sprintf("%.0f ms in %.0f calls (%.2f ms each), planned %.0f times (%.0f ms): %.90s",
+				total, calls, mean, plans, planTotal, q))
 		}
 	}
 	return out, rows.Err()
