@@ -23,12 +23,13 @@ const simUsage = `usage: cuesched-lab sim [--scenario NAME[,NAME…]|all] [--see
 The verify battery: farm-scale scenarios that drive the real scheduler(s)
 and sidecar in-process against an embedded PostgreSQL and Redis (started in
 a temp dir), with a fake RQD and a Cuebot emulator. SCALE runs its
-schedulers as child processes of the cuesched binary (--scheduler-bin,
-by default the one beside cuesched-lab), so their RSS and CPU are their own. Each scenario measures
-values against thresholds (PASS/FAIL) and checks the global invariants (no
-frame launched twice, no host over its resources, no cap exceeded, no
-accounting drift). Variants re-run a scenario with round 1's behaviour for
-comparison; only the default run is judged. Connects to nothing outside.
+schedulers as child processes of the cuesched binary (--scheduler-bin, by
+default the one beside cuesched-lab), so their RSS and CPU are their own.
+Each scenario measures values against thresholds (PASS/FAIL) and checks
+the global invariants (no frame launched twice, no host over its resources,
+no cap exceeded, no accounting drift). Variants re-run a scenario with
+round 1's behaviour for comparison; only the default run is judged.
+Connects to nothing outside.
 
 exit status: 0 every judged scenario passed; 1 one failed or errored; 2 bad
 usage.

@@ -79,7 +79,7 @@ func (w *World) startChild(ctx context.Context, i int, cfg config.Config) error 
 		return fmt.Errorf("start %s: %w", w.Opts.SchedulerBin, err)
 	}
 	ictx, cancel := context.WithCancel(ctx)
-	in := &instance{cancel: cancel, done: make(chan struct{}), child: cmd, metricsURL: "http://" + addr + "/metrics", log: logPath}
+	in := &instance{cancel: cancel, done: make(chan struct{}), child: cmd, metricsURL: "http://" + addr + "/metrics"}
 	w.scheds = append(w.scheds, in)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()

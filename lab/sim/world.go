@@ -129,11 +129,10 @@ type instance struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	dead   bool
-	// child, metricsURL and log are set instead of s, reg and pool for a
+	// child and metricsURL are set instead of s, reg and pool for a
 	// scheduler run as a child process (startChild).
 	child      *exec.Cmd
 	metricsURL string
-	log        string
 }
 
 func newWorld(ctx context.Context, env *Env, o Options, name string, v Variant) (*World, error) {
@@ -594,8 +593,8 @@ func (w *World) StopSampling() {
 // instance's registry.
 func (w *World) series(name string, f func(m *dto.Metric)) {
 	for _, in := range w.scheds {
-		if in.dead {
-			continue
+		if in.dead && in.child != nil {
+			continue // a killed child's counters went with it
 		}
 		fams, err := in.gather()
 		if err != nil {
