@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/cuesched/cuesched/shared/config"
+	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 // A scheduler instance runs either in this process (scheduler.New, the
@@ -43,10 +45,11 @@ func (w *World) startChild(ctx context.Context, i int, cfg config.Config) error 
 		}
 		w.childDir = dir
 	}
-	addr, err := freeLoopbackPort()
+	port, err := testenv.FreePort()
 	if err != nil {
 		return err
 	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	cfg.Metrics.Listen = addr
 	cfg.RQD.AddressOverride = w.Fake.Addr()
 	cfg.Logging.Level = "warn"
@@ -170,16 +173,6 @@ func (w *World) childPIDs() []int {
 		}
 	}
 	return out
-}
-
-// freeLoopbackPort is a loopback address no listener holds now.
-func freeLoopbackPort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // tail is the last n bytes of a file, on one line.

@@ -169,7 +169,7 @@ func runScale(ctx context.Context, w *World) error {
 	t1 := w.Fake.Totals()
 	emu1 := w.Emu.Stats()
 	owners := heapOwners()
-	rssEnd := selfRSS()
+	rssEnd := procStatus(0, "VmRSS")
 	w.Note("once full, over the %s window: %s", scaleSustain, w.pipeline().since(pipe0))
 	cpu1 := processCPU()
 	var childCPU float64
@@ -556,7 +556,7 @@ func (s *scaleSamples) take(ctx context.Context, w *World) {
 	if !due {
 		return
 	}
-	rss := selfRSS()
+	rss := procStatus(0, "VmRSS")
 	worst := w.cacheStaleness()
 	lag := -1.0
 	if err := w.Pool.QueryRow(ctx, `SELECT COALESCE(max(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)), 0)::float8
@@ -611,24 +611,6 @@ func p99(v []float64) float64 {
 	c := append([]float64(nil), v...)
 	sort.Float64s(c)
 	return c[min(len(c)-1, int(math.Ceil(0.99*float64(len(c))))-1)]
-}
-
-// selfRSS is this process's resident set (bytes).
-func selfRSS() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			f := strings.Fields(line)
-			if len(f) >= 2 {
-				kb, _ := strconv.ParseInt(f[1], 10, 64)
-				return kb << 10
-			}
-		}
-	}
-	return 0
 }
 
 // heapInUse is the live heap after a collection.
