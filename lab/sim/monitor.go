@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -324,35 +325,41 @@ func (m *monitor) scanProcs(ctx context.Context, at float64) {
 	}
 }
 
-// negatives scans the accounting counters for a negative value.
+// negatives scans the accounting counters for a negative value. One walk
+// of the keyspace serves the four kinds (SCAN's MATCH filters after the
+// walk, so a walk per pattern would cost four).
 func (m *monitor) negatives(ctx context.Context, at float64) {
 	rdb := m.w.RDB
-	for _, pattern := range []string{"acct:sub:*", "acct:job:*", "acct:folder:*", "acct:layer:*"} {
-		iter := rdb.Scan(ctx, 0, pattern, 500).Iterator()
-		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
+	var keys []string
+	iter := rdb.Scan(ctx, 0, "acct:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		for _, prefix := range []string{"acct:sub:", "acct:job:", "acct:folder:", "acct:layer:"} {
+			if strings.HasPrefix(k, prefix) {
+				keys = append(keys, k)
+				break
+			}
 		}
-		if len(keys) == 0 {
-			continue
-		}
-		pipe := rdb.Pipeline()
-		cmds := make([]interface{ Val() []any }, len(keys))
-		for i, k := range keys {
-			cmds[i] = pipe.HMGet(ctx, k, "int_cores", "int_gpus")
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			continue
-		}
-		for i, c := range cmds {
-			for _, v := range c.Val() {
-				s, _ := v.(string)
-				if n, err := strconv.ParseInt(s, 10, 64); err == nil && n < 0 {
-					m.mu.Lock()
-					m.negative++
-					m.example("at %.1fs %s counter %d", at, keys[i], n)
-					m.mu.Unlock()
-				}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	pipe := rdb.Pipeline()
+	cmds := make([]interface{ Val() []any }, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.HMGet(ctx, k, "int_cores", "int_gpus")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return
+	}
+	for i, c := range cmds {
+		for _, v := range c.Val() {
+			s, _ := v.(string)
+			if n, err := strconv.ParseInt(s, 10, 64); err == nil && n < 0 {
+				m.mu.Lock()
+				m.negative++
+				m.example("at %.1fs %s counter %d", at, keys[i], n)
+				m.mu.Unlock()
 			}
 		}
 	}
