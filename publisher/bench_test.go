@@ -10,8 +10,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
@@ -24,8 +27,16 @@ import (
 // iteration books benchBookings procs with each driver, three times,
 // interleaved; the ratio is Go's mean throughput over redis-benchmark's
 // (1.0 = the Go client adds nothing; the server is the bottleneck).
+//
+// Beside them, the dispatcher's way: Publisher.BookAll, batchWorkers
+// goroutines sending batchSize bookings a round trip, and the CPU a
+// booking costs each way, in this process (getrusage) and in redis-server
+// (INFO cpu): on a 2-core box the scheduler, Redis and PostgreSQL share
+// the cores, so CPU per booking is what a fill pays.
 func BenchmarkBookingScript(b *testing.B) {
 	const benchBookings, clients = 50000, 50
+	// The dispatcher's way (BookAll): a few workers, a batch each.
+	const batchWorkers, batchSize = 4, 20
 	rbBin, err := exec.LookPath("redis-benchmark")
 	if err != nil {
 		b.Skip("redis-benchmark not installed")
@@ -64,14 +75,51 @@ func BenchmarkBookingScript(b *testing.B) {
 	}
 
 	var seq atomic.Int64
-	var goOps, rbOps float64
+	var goOps, rbOps, allOps float64
+	// CPU per booking, client process and redis-server, of the one-by-one
+	// and the batched driver.
+	var goCPU, goRedisCPU, allCPU, allRedisCPU time.Duration
 	const rounds = 3 // interleaved, to even out a noisy machine
 	b.ResetTimer()
 	for i := 0; i < b.N*rounds; i++ {
-		// Go: clients goroutines share benchBookings distinct procs.
+		// Go, batched as the dispatcher books: batchWorkers goroutines each
+		// send BookAll of batchSize bookings at a time.
 		var wg sync.WaitGroup
 		var next atomic.Int64
+		cpu0, rcpu0 := selfCPU(), redisCPU(ctx, b, rdb)
 		start := time.Now()
+		for c := 0; c < batchWorkers; c++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					n := min(batchSize, benchBookings-int(next.Add(batchSize))+batchSize)
+					if n <= 0 {
+						return
+					}
+					bs := make([]publisher.Booking, n)
+					for j := range bs {
+						bs[j] = booking("all-"+strconv.FormatInt(seq.Add(1), 10), 100)
+					}
+					_, errs := pub.BookAll(ctx, bs)
+					for _, err := range errs {
+						if err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		allOps += benchBookings / time.Since(start).Seconds()
+		allCPU += selfCPU() - cpu0
+		allRedisCPU += redisCPU(ctx, b, rdb) - rcpu0
+
+		// Go: clients goroutines share benchBookings distinct procs.
+		next.Store(0)
+		cpu0, rcpu0 = selfCPU(), redisCPU(ctx, b, rdb)
+		start = time.Now()
 		for c := 0; c < clients; c++ {
 			wg.Add(1)
 			go func() {
@@ -87,6 +135,8 @@ func BenchmarkBookingScript(b *testing.B) {
 		}
 		wg.Wait()
 		goOps += benchBookings / time.Since(start).Seconds()
+		goCPU += selfCPU() - cpu0
+		goRedisCPU += redisCPU(ctx, b, rdb) - rcpu0
 
 		// redis-benchmark: the same script, keys and arguments; the proc id
 		// is randomised per call (__rand_int__) so bookings are not duplicates.
@@ -114,14 +164,23 @@ func BenchmarkBookingScript(b *testing.B) {
 	}
 	b.StopTimer()
 	// The bookings all succeeded (none were rejected or duplicated away).
-	if n := rdb.SCard(ctx, publisher.ShowProcsKey("S")).Val(); n < int64(b.N*rounds*benchBookings) {
-		b.Fatalf("only %d records after %d Go bookings", n, b.N*rounds*benchBookings)
+	if n := rdb.SCard(ctx, publisher.ShowProcsKey("S")).Val(); n < int64(2*b.N*rounds*benchBookings) {
+		b.Fatalf("only %d records after %d Go bookings", n, 2*b.N*rounds*benchBookings)
 	}
-	goOps /= float64(b.N * rounds)
-	rbOps /= float64(b.N * rounds)
+	runs := float64(b.N * rounds)
+	goOps /= runs
+	rbOps /= runs
+	allOps /= runs
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / (runs * benchBookings) }
 	b.ReportMetric(goOps, "go-bookings/s")
 	b.ReportMetric(rbOps, "redis-benchmark-bookings/s")
 	b.ReportMetric(goOps/rbOps, "go-vs-redis-benchmark-ratio")
+	b.ReportMetric(allOps, "go-batched-bookings/s")
+	b.ReportMetric(per(goCPU), "go-client-cpu-µs/booking")
+	b.ReportMetric(per(allCPU), "go-batched-client-cpu-µs/booking")
+	b.ReportMetric(per(goRedisCPU), "go-redis-cpu-µs/booking")
+	b.ReportMetric(per(allRedisCPU), "go-batched-redis-cpu-µs/booking")
+	b.ReportMetric(per(allCPU+allRedisCPU)/per(goCPU+goRedisCPU), "batched-vs-one-by-one-cpu-ratio")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -137,4 +196,35 @@ func parseRedisBenchmarkCSV(out string) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("redis-benchmark printed no result:\n%s", out)
+}
+
+// selfCPU is this process's user+system CPU so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU is redis-server's user+system CPU so far (INFO cpu).
+func redisCPU(ctx context.Context, b *testing.B, rdb interface {
+	Info(ctx context.Context, section ...string) *redis.StringCmd
+}) time.Duration {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var secs float64
+	for _, line := range strings.Split(info, "\r\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu %s: %v", line, err)
+			}
+			secs += f
+		}
+	}
+	return time.Duration(secs * float64(time.Second))
 }

@@ -23,6 +23,10 @@
 //	// INSERT proc ... ; on failure:
 //	pub.Rollback(ctx, p)
 //
+// BookAll books a batch in one round trip (the script once per booking,
+// pipelined in order) and answers each booking as Book would; the
+// dispatcher books every frame of a batch with it.
+//
 // The dispatcher must commit its proc INSERT within the accounting loops'
 // in-flight grace (scheduler/accounting Config.InFlightGrace, 60 s) of Book
 // returning, or roll back: a record whose proc is still invisible after the

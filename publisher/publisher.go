@@ -273,6 +273,75 @@ func (p *Publisher) doBook(ctx context.Context, b Booking, mode string) (Result,
 		p.m.bookings.WithLabelValues("error").Inc()
 		return Result{}, fmt.Errorf("accounting book: %w", err)
 	}
+	keys, args := bookCall(b, mode)
+	_, term := p.SeqMark()
+	start := time.Now()
+	v, err := p.book.Run(ctx, p.rdb, keys, args...).Slice()
+	p.m.bookingLatency.Observe(time.Since(start).Seconds())
+	return p.bookReply(b, v, err, term)
+}
+
+// BookAll books several procs in one round trip: the booking script once
+// per booking, pipelined in the given order. Each booking is atomic on its
+// own and checked exactly as Book checks it (the scripts are not one
+// transaction: another client's booking may run between two of them). It
+// returns, per booking, what Book would have returned for it. A NOSCRIPT
+// reply (a restarted or failed-over Redis has an empty script cache; a
+// script that got it did nothing) loads the script and sends those
+// bookings once more. A transport error fails every booking it reached,
+// with the outcome unknown, as for Book (Rollback is safe to call).
+func (p *Publisher) BookAll(ctx context.Context, bs []Booking) ([]Result, []error) {
+	results, errs := make([]Result, len(bs)), make([]error, len(bs))
+	type call struct {
+		i    int
+		keys []string
+		args []any
+		cmd  *redis.Cmd
+	}
+	calls := make([]*call, 0, len(bs))
+	for i, b := range bs {
+		if err := b.validate(); err != nil {
+			p.m.bookings.WithLabelValues("error").Inc()
+			errs[i] = fmt.Errorf("accounting book: %w", err)
+			continue
+		}
+		keys, args := bookCall(b, "check")
+		calls = append(calls, &call{i: i, keys: keys, args: args})
+	}
+	_, term := p.SeqMark()
+	for attempt := 0; len(calls) > 0; attempt++ {
+		start := time.Now()
+		pipe := p.rdb.Pipeline()
+		for _, c := range calls {
+			c.cmd = p.book.EvalSha(ctx, pipe, c.keys, c.args...)
+		}
+		_, _ = pipe.Exec(ctx) // errors are per command, read below
+		took := time.Since(start).Seconds()
+		var again []*call
+		for _, c := range calls {
+			v, err := c.cmd.Slice()
+			if err != nil && attempt == 0 && isNoScript(err) {
+				again = append(again, c)
+				continue
+			}
+			p.m.bookingLatency.Observe(took)
+			results[c.i], errs[c.i] = p.bookReply(bs[c.i], v, err, term)
+		}
+		if len(again) > 0 {
+			if err := p.book.Load(ctx, p.rdb).Err(); err != nil {
+				for _, c := range again {
+					results[c.i], errs[c.i] = p.bookReply(bs[c.i], nil, err, term)
+				}
+				break
+			}
+		}
+		calls = again
+	}
+	return results, errs
+}
+
+// bookCall is the booking script's keys and arguments for b (validated).
+func bookCall(b Booking, mode string) ([]string, []any) {
 	cores := ChargeCores(b.Centicores)
 	rk := RepairKeys(b.ShowID)
 	keys := []string{
@@ -302,10 +371,13 @@ func (p *Publisher) doBook(ctx context.Context, b Booking, mode string) (Result,
 	for _, st := range b.Seats {
 		args = append(args, st.Limit, max(st.Max, 0))
 	}
-	_, term := p.SeqMark()
-	start := time.Now()
-	v, err := p.book.Run(ctx, p.rdb, keys, args...).Slice()
-	p.m.bookingLatency.Observe(time.Since(start).Seconds())
+	return keys, args
+}
+
+// bookReply reads the booking script's reply v (or the call's error err)
+// for b; term is the seq term read before the call (SeqMark).
+func (p *Publisher) bookReply(b Booking, v []any, err error, term int64) (Result, error) {
+	cores := ChargeCores(b.Centicores)
 	if err != nil {
 		p.m.bookings.WithLabelValues("error").Inc()
 		return Result{}, fmt.Errorf("accounting book proc %s (show %s): %w", b.ProcID, b.ShowID, err)

@@ -633,3 +633,53 @@ func TestCapWritesInWALOrder(t *testing.T) {
 		t.Fatalf("stamp lost by an unordered write: skipped %d, cap %d", s, jobMax())
 	}
 }
+
+// BookAll answers each booking as Book would, in order, in one round trip:
+// the same sequence through Book on another server gives the same results
+// and errors (a booked proc, a bad booking, a duplicate, a job cap, a
+// missing subscription), and the counters end the same. On a server whose
+// script cache was flushed (a restarted or failed-over Redis) the scripts
+// are loaded and the refused bookings sent once more; a cancelled call
+// charges nothing and fails every booking.
+func TestBookAllAnswersAsBook(t *testing.T) {
+	all := newPrivateFixture(t, publisher.Options{})
+	one := newFixtureAt(t, testenv.NewRedisDB(t), publisher.Options{})
+	bs := []publisher.Booking{booking("p1", 500), booking("", 100), booking("p1", 500), booking("p3", 800), booking("p4", 600), booking("p5", 100)}
+	bs[5].AllocID = "A2"
+	for _, f := range []*fixture{all, one} {
+		f.seedShow()
+		if err := f.pub.Load(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := all.rdb.ScriptFlush(all.ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, errs := all.pub.BookAll(all.ctx, bs)
+	if len(got) != len(bs) || len(errs) != len(bs) {
+		t.Fatalf("BookAll gave %d results and %d errors for %d bookings", len(got), len(errs), len(bs))
+	}
+	for i, b := range bs {
+		want, werr := one.pub.Book(one.ctx, b)
+		if got[i] != want || fmt.Sprint(errs[i]) != fmt.Sprint(werr) {
+			t.Errorf("booking %d (%s): BookAll = %+v, %v; Book = %+v, %v", i, b.ProcID, got[i], errs[i], want, werr)
+		}
+	}
+	var le *publisher.LimitError
+	if errs[0] != nil || got[0].Cores != 5 || errs[1] == nil || !got[2].Duplicate ||
+		!errors.As(errs[3], &le) || le.Table != publisher.TableJob || errs[4] != nil || !errors.As(errs[5], &le) || !le.Missing {
+		t.Fatalf("BookAll = %+v, %v", got, errs)
+	}
+	all.expectCores(11)
+	one.expectCores(11)
+
+	ctx, cancel := context.WithCancel(all.ctx)
+	cancel()
+	_, errs = all.pub.BookAll(ctx, []publisher.Booking{booking("q1", 100), booking("q2", 100)})
+	for i, err := range errs {
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled booking %d: %v, want context.Canceled", i, err)
+		}
+	}
+	all.expectCores(11)
+}

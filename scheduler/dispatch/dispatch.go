@@ -8,9 +8,9 @@
 //     Cuebot's reservation rules) against a local copy of the host's idle
 //     values, stopping at the first frame that does not fit. Every planned frame gets a fresh
 //     proc UUID.
-//  2. Book in Redis first (publisher.Book), all planned frames at once
-//     (concurrent script calls; each is atomic, so caps hold whatever the
-//     interleaving). The per-proc record the booking script writes is what
+//  2. Book in Redis first (publisher.BookAll), all planned frames in one
+//     round trip (one script call per frame, pipelined in dispatch order;
+//     each is atomic, so caps hold whatever runs between them). The per-proc record the booking script writes is what
 //     makes every later undo exact and idempotent. Each booking names the
 //     host and carries the frame's backfill-until (now + the layer's
 //     worst-case runtime, jobs.Layer.WorstCase), so the script refuses it
@@ -119,7 +119,9 @@ import (
 
 // Accounting is the Redis booking API (publisher.Publisher).
 type Accounting interface {
-	Book(ctx context.Context, b publisher.Booking) (publisher.Result, error)
+	// BookAll books in one round trip; one result and error per booking,
+	// as publisher.Publisher.Book has for each.
+	BookAll(ctx context.Context, bs []publisher.Booking) ([]publisher.Result, []error)
 	Rollback(ctx context.Context, procID string) (publisher.RollbackResult, error)
 	Release(ctx context.Context, procIDs ...string) (publisher.ReleaseResult, error)
 }
@@ -400,10 +402,11 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, parts []Part) 
 	}
 	d.m.planned.Add(float64(nplanned))
 
-	// 2. Book in Redis. The bookings go out concurrently (each is one
-	// atomic script, so caps hold whatever the interleaving); the frames
-	// kept are the ones whose booking succeeded, in dispatch order, and the
-	// first refusal in a part's dispatch order says why that part stops.
+	// 2. Book in Redis. The bookings go out in one round trip, in dispatch
+	// order (publisher.BookAll: each is one atomic script, so caps hold
+	// whatever runs between them); the frames kept are the ones whose
+	// booking succeeded, and the first refusal in a part's dispatch order
+	// says why that part stops.
 	//
 	// The connection of step 3 is taken first and held until the end of
 	// the transaction: each booking record names its backend
@@ -435,26 +438,21 @@ func (d *Dispatcher) dispatch(ctx context.Context, l *jobs.Layer, parts []Part) 
 	if wc := l.WorstCase(); wc > 0 {
 		until = time.Now().Add(wc)
 	}
-	errs := make([][]error, len(ps))
-	results := make([][]publisher.Result, len(ps))
-	var wg sync.WaitGroup
-	for i, x := range ps {
-		errs[i], results[i] = make([]error, len(x.plan)), make([]publisher.Result, len(x.plan))
-		for j, p := range x.plan {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				b := d.booking(l, x.Host, p, until)
-				b.BackendPID = pid
-				results[i][j], errs[i][j] = d.acct.Book(bctx, b)
-			}()
+	var bs []publisher.Booking
+	for _, x := range ps {
+		for _, p := range x.plan {
+			b := d.booking(l, x.Host, p, until)
+			b.BackendPID = pid
+			bs = append(bs, b)
 		}
 	}
-	wg.Wait()
+	results, errs := d.acct.BookAll(bctx, bs)
 	var live []*part
-	nbooked := 0
-	for i, x := range ps {
-		d.keepBooked(x, errs[i], results[i])
+	nbooked, at := 0, 0
+	for _, x := range ps {
+		n := len(x.plan)
+		d.keepBooked(x, errs[at:at+n], results[at:at+n])
+		at += n
 		if len(x.booked) > 0 {
 			x.base = nbooked
 			nbooked += len(x.booked)

@@ -588,7 +588,7 @@ func TestDispatchConcurrentClaims(t *testing.T) {
 	}
 }
 
-// pauseOnBook is the accounting with a hook: after the first booking it
+// pauseOnBook is the accounting with a hook: after the first bookings it
 // runs stop (pauses or kills the job), so the claim transaction is the
 // first thing to see the change: "after the pending query, after the Redis
 // booking, before the claim", forced rather than timed.
@@ -598,10 +598,10 @@ type pauseOnBook struct {
 	stop func()
 }
 
-func (p *pauseOnBook) Book(ctx context.Context, b publisher.Booking) (publisher.Result, error) {
-	r, err := p.Accounting.Book(ctx, b)
+func (p *pauseOnBook) BookAll(ctx context.Context, bs []publisher.Booking) ([]publisher.Result, []error) {
+	r, errs := p.Accounting.BookAll(ctx, bs)
 	p.once.Do(p.stop)
-	return r, err
+	return r, errs
 }
 
 // A job paused or killed between the pending query and the claim starts
