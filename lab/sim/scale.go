@@ -131,12 +131,14 @@ func runScale(ctx context.Context, w *World) error {
 	if children {
 		w.Note("the schedulers run as child processes of %s (cuesched scheduler); the sidecar, the fakes and the monitor in this one", w.Opts.SchedulerBin)
 	}
+	fillCPU0 := takeCPU()
 	start := time.Now()
 	samples := &scaleSamples{}
 	w.Sample(func(ctx context.Context, t float64) { samples.take(ctx, w) })
 
 	full := w.WaitFor(ctx, scaleFillLimit, func() bool { return w.LaunchedFill() >= 0.95 })
 	fillSecs := time.Since(start).Seconds()
+	fillCPU1 := takeCPU()
 	if !full {
 		w.Note("95%% not reached in %s (%.0f%%)", scaleFillLimit, w.LaunchedFill()*100)
 	}
@@ -184,6 +186,7 @@ func runScale(ctx context.Context, w *World) error {
 	endRate := float64(t1.Ended-t0.Ended) / scaleSustain.Seconds()
 
 	w.Metric("cold fill: seconds to 95% of bookable cores running", fillSecs, AtMost, 60, "s")
+	w.fillBound(ctx, fillCPU0, fillCPU1, fillSecs, 60)
 	w.Metric("fill at the end", math.Round(w.LaunchedFill()*1000)/10, Info, 0, "%")
 	w.Metric("frames started per second during the fill", float64(filled.Launched)/fillSecs, Info, 0, "")
 	w.Metric("sustained lifecycles/s once full (launches)", launchRate, Info, 0, "")
