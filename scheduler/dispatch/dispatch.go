@@ -101,6 +101,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,6 +110,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/cuesched/cuesched/proto/rqdpb"
 	"github.com/cuesched/cuesched/publisher"
@@ -130,6 +133,9 @@ type Accounting interface {
 type Launcher interface {
 	LaunchFrame(ctx context.Context, host string, rf *rqdpb.RunFrame) error
 	KillRunningFrame(ctx context.Context, host, frameID, reason string) error
+	// RunningProcs is what host's RQD reports running: the proc
+	// (RunFrame.resource_id) of each frame.
+	RunningProcs(ctx context.Context, host string) (map[string]bool, error)
 }
 
 // Config holds the dispatch knobs.
@@ -641,6 +647,9 @@ func (d *Dispatcher) launchAll(ctx context.Context, l *jobs.Layer, ps []*part, r
 	}
 	wg.Wait()
 	cancelLaunch()
+	post, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.CompensateTimeout)
+	defer cancel()
+	d.resolveUnknown(post, ps)
 	nfailed := 0
 	for _, x := range ps {
 		for _, e := range x.failed {
@@ -651,8 +660,6 @@ func (d *Dispatcher) launchAll(ctx context.Context, l *jobs.Layer, ps []*part, r
 	}
 	d.m.compensateQueue.Add(float64(nfailed))
 	now := time.Now()
-	post, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.CompensateTimeout)
-	defer cancel()
 	for _, x := range ps {
 		owner := false
 		for i, p := range x.launched {
@@ -681,6 +688,76 @@ func (d *Dispatcher) launchAll(ctx context.Context, l *jobs.Layer, ps []*part, r
 			d.resv.OwnerBooked(post, x.Host.ID, l.ID)
 		}
 	}
+}
+
+// statusTimeout bounds resolveUnknown's status call to one host's RQD; it
+// is taken from the compensation's budget (Config.CompensateTimeout).
+const statusTimeout = 5 * time.Second
+
+// resolveUnknown asks RQD about the launches whose outcome is unknown (the
+// deadline passed, or the call was cancelled, while it was in flight: the
+// request may have reached RQD and the frame be running). A frame that
+// its host's RQD reports running under this booking's proc was launched:
+// it is kept, not compensated. Compensating it would put a running frame
+// back in the queue, and a frame that ended before the compensation's
+// best-effort kill would run a second time. One ReportStatus a host
+// (GetRunningFrameStatus is broken on Python RQD), the hosts concurrently,
+// each within statusTimeout; when RQD does not answer, the launch stays
+// failed and is compensated, as before.
+func (d *Dispatcher) resolveUnknown(ctx context.Context, ps []*part) {
+	var wg sync.WaitGroup
+	for _, x := range ps {
+		if !slices.ContainsFunc(x.failed, outcomeUnknown) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sctx, cancel := context.WithTimeout(ctx, statusTimeout)
+			defer cancel()
+			running, err := d.rqd.RunningProcs(sctx, x.Host.Name)
+			for i, p := range x.launched {
+				cause := x.failed[i]
+				if !outcomeUnknown(cause) {
+					continue
+				}
+				switch {
+				case err != nil:
+					d.m.unknownLaunches.WithLabelValues("no_answer").Inc()
+					d.log.Warn("launch outcome unknown and RQD's status did not answer; putting the frame back",
+						"host", x.Host.Name, "frame", p.frame.Name, "proc", p.proc, "launch_error", cause, "error", err)
+				case running[p.proc]:
+					d.m.unknownLaunches.WithLabelValues("running").Inc()
+					d.log.Warn("launch reply lost but RQD runs the frame; kept as launched",
+						"host", x.Host.Name, "frame", p.frame.Name, "proc", p.proc, "launch_error", cause)
+					x.failed[i] = nil
+				default:
+					d.m.unknownLaunches.WithLabelValues("not_running").Inc()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// errNotSent marks a launch the dispatcher did not send (its deadline had
+// passed): its outcome is known.
+var errNotSent = errors.New("launch not sent")
+
+// outcomeUnknown reports whether a failed launch may have reached RQD: its
+// deadline passed or it was cancelled while the call was in flight.
+func outcomeUnknown(err error) bool {
+	if err == nil || errors.Is(err, errNotSent) {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.DeadlineExceeded, codes.Canceled:
+		return true
+	}
+	return false
 }
 
 // booking is one planned frame's Redis booking. It names the host, so the
@@ -767,8 +844,8 @@ func (d *Dispatcher) launch(ctx context.Context, l *jobs.Layer, h sizing.Host, p
 			if late(ctx) {
 				// Read from the clock, not ctx.Err(): right after a stall
 				// the deadline's timer may not have fired yet.
-				failed[i] = fmt.Errorf("launch of %s on %s not sent: %w (the scheduler stalled after the commit)",
-					rf.GetFrameName(), h.Name, context.DeadlineExceeded)
+				failed[i] = fmt.Errorf("launch of %s on %s %w: %w (the scheduler stalled after the commit)",
+					rf.GetFrameName(), h.Name, errNotSent, context.DeadlineExceeded)
 				return
 			}
 			failed[i] = d.rqd.LaunchFrame(ctx, h.Name, rf)

@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/cuesched/cuesched/proto/rqdpb"
 	"github.com/cuesched/cuesched/publisher"
@@ -693,6 +695,73 @@ func (b *blockingLauncher) KillRunningFrame(ctx context.Context, host, frameID, 
 	defer b.mu.Unlock()
 	b.kills = append(b.kills, frameID)
 	return b.killErr
+}
+
+// RunningProcs: nothing runs (no launch got through).
+func (b *blockingLauncher) RunningProcs(ctx context.Context, host string) (map[string]bool, error) {
+	return map[string]bool{}, nil
+}
+
+// lostReply is an RQD whose launch replies are lost: each launch reaches
+// the fake RQD (the frame starts) and the caller sees its deadline pass.
+type lostReply struct {
+	dispatch.Launcher
+}
+
+func (l lostReply) LaunchFrame(ctx context.Context, host string, rf *rqdpb.RunFrame) error {
+	if err := l.Launcher.LaunchFrame(ctx, host, rf); err != nil {
+		return err
+	}
+	return fmt.Errorf("launch frame %s on %s: %w", rf.GetFrameName(), host, status.Error(codes.DeadlineExceeded, "context deadline exceeded"))
+}
+
+// A launch whose reply is lost (its deadline passed in flight) but whose
+// frame RQD runs is kept as launched: no compensation, no kill, the frame
+// RUNNING with its proc and the fake running it once; the metric says so.
+// A launch whose reply is lost and whose frame RQD does not run is
+// compensated (TestLaunchUsingItsWholeBudgetIsCompensated).
+func TestLaunchWithALostReplyIsKeptWhenRQDRunsIt(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	rqd := rqdclient.New(rqdclient.Options{Resolve: h.fake.Resolve, RequestTimeout: 5 * time.Second})
+	t.Cleanup(func() { rqd.Close() })
+	reg := prometheus.NewRegistry()
+	d := dispatch.New(h.pool, h.pub, lostReply{rqd}, dispatch.Config{Policy: sizing.Policy{CoreUnit: 100, MinMemKB: 262144,
+		StrandedMemKB: 2 * farmseed.GB}, SoftLimit: 1.6, HardLimit: 2, CompensateTimeout: testenv.Patience(20 * time.Second)},
+		dispatch.Options{Registerer: reg})
+	host := h.host(farmseed.HostSpec{Cores: 8, MemKB: 32 * farmseed.GB})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 2, NotThreadable: true, MemKB: 2 * farmseed.GB}}})
+	l := h.layers(j)[0]
+
+	res := d.Dispatch(context.Background(), l, l.Frames, host)
+	if len(res.Dispatched) != 2 || len(res.LaunchFailed) != 0 {
+		t.Fatalf("dispatched=%d launchFailed=%d, want 2 and 0 (%+v)", len(res.Dispatched), len(res.LaunchFailed), res)
+	}
+	if n := h.count(`SELECT count(*) FROM frame f JOIN proc p ON p.pk_frame = f.pk_frame WHERE f.pk_layer = $1 AND f.str_state = 'RUNNING'`, l.ID); n != 2 {
+		t.Errorf("%d frames RUNNING with their procs, want 2", n)
+	}
+	if n := h.fake.RunningCount(); n != 2 {
+		t.Errorf("fake RQD runs %d frames, want 2", n)
+	}
+	if c := h.fake.Completions(); len(c) != 0 {
+		t.Errorf("completions %+v, want none (no kill)", c)
+	}
+	h.checkBooked(2)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "scheduler_rqd_launch_unknown_outcomes_total" {
+			for _, m := range mf.GetMetric() {
+				got[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if got["running"] != 2 || got["not_running"] != 0 || got["no_answer"] != 0 {
+		t.Errorf("unknown outcomes by result = %v, want running 2", got)
+	}
 }
 
 // TestLaunchUsingItsWholeBudgetIsCompensated: launches that block until

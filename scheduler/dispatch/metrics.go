@@ -16,6 +16,7 @@ type metrics struct {
 	launchFailures   prometheus.Counter
 	compensations    *prometheus.CounterVec
 	killFailures     prometheus.Counter
+	unknownLaunches  *prometheus.CounterVec
 	accountingErrors *prometheus.CounterVec
 	launchQueue      prometheus.Gauge
 	compensateQueue  prometheus.Gauge
@@ -94,6 +95,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "scheduler_dispatch_kill_failures_total",
 			Help: "Best-effort KillRunningFrame calls after a failed launch that failed themselves: the frame may be running untracked on its host until the host's next report.",
 		}),
+		unknownLaunches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scheduler_rqd_launch_unknown_outcomes_total",
+			Help: "LaunchFrame calls whose outcome was unknown (the deadline passed or the call was cancelled in flight), by what RQD's status report then said: running (kept as launched), not_running (compensated), no_answer (compensated).",
+		}, []string{"result"}),
 		accountingErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scheduler_dispatch_accounting_errors_total",
 			Help: "Redis rollbacks or releases that failed (healed by the recompute), by operation.",
@@ -151,7 +156,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.frames, m.timeToBook, m.batches, m.batchDuration, m.txDuration, m.launchDuration,
-			m.launchFailures, m.compensations, m.killFailures, m.accountingErrors,
+			m.launchFailures, m.compensations, m.killFailures, m.unknownLaunches, m.accountingErrors,
 			m.memRequested, m.memBooked, m.sizedFrames, m.planned, m.lost, m.launchQueue, m.compensateQueue, m.groupsSplit)
 	}
 	return m

@@ -197,6 +197,30 @@ func (p *Pool) KillRunningFrame(ctx context.Context, host, frameID, reason strin
 	return nil
 }
 
+// RunningProcs is what host's RQD reports running (ReportStatus: the
+// frames of its HostReport): the proc (resource_id) of each.
+// Python RQD's GetRunningFrameStatus fails on every call; ReportStatus
+// answers on every RQD.
+func (p *Pool) RunningProcs(ctx context.Context, host string) (map[string]bool, error) {
+	c, err := p.client(host)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := p.callCtx(ctx, host)
+	defer cancel()
+	r, err := c.ReportStatus(cctx, &rqdpb.RqdStaticReportStatusRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("status of %s: %w", host, err)
+	}
+	out := map[string]bool{}
+	for _, f := range r.GetHostReport().GetFrames() {
+		if id := f.GetResourceId(); id != "" {
+			out[id] = true
+		}
+	}
+	return out, nil
+}
+
 // Len is the number of open connections.
 func (p *Pool) Len() int {
 	p.mu.Lock()
