@@ -715,6 +715,20 @@ func (l lostReply) LaunchFrame(ctx context.Context, host string, rf *rqdpb.RunFr
 	return fmt.Errorf("launch frame %s on %s: %w", rf.GetFrameName(), host, status.Error(codes.DeadlineExceeded, "context deadline exceeded"))
 }
 
+// dispatchTwo dispatches a layer of two 8-core frames on a new 8-core host
+// through rqd (launchTimeout 0: the default), with the compensation's
+// whole budget.
+func (h *harness) dispatchTwo(rqd dispatch.Launcher, launchTimeout time.Duration, reg prometheus.Registerer) (*jobs.Layer, sizing.Host, dispatch.Result) {
+	d := dispatch.New(h.pool, h.pub, rqd, dispatch.Config{Policy: sizing.Policy{CoreUnit: 100, MinMemKB: 262144,
+		StrandedMemKB: 2 * farmseed.GB}, SoftLimit: 1.6, HardLimit: 2,
+		LaunchTimeout: launchTimeout, CompensateTimeout: testenv.Patience(20 * time.Second)},
+		dispatch.Options{Registerer: reg})
+	host := h.host(farmseed.HostSpec{Cores: 8, MemKB: 32 * farmseed.GB})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 2, NotThreadable: true, MemKB: 2 * farmseed.GB}}})
+	l := h.layers(j)[0]
+	return l, host, d.Dispatch(context.Background(), l, l.Frames, host)
+}
+
 // A launch whose reply is lost (its deadline passed in flight) but whose
 // frame RQD runs is kept as launched: no compensation, no kill, the frame
 // RUNNING with its proc and the fake running it once; the metric says so.
@@ -726,14 +740,7 @@ func TestLaunchWithALostReplyIsKeptWhenRQDRunsIt(t *testing.T) {
 	rqd := rqdclient.New(rqdclient.Options{Resolve: h.fake.Resolve, RequestTimeout: 5 * time.Second})
 	t.Cleanup(func() { rqd.Close() })
 	reg := prometheus.NewRegistry()
-	d := dispatch.New(h.pool, h.pub, lostReply{rqd}, dispatch.Config{Policy: sizing.Policy{CoreUnit: 100, MinMemKB: 262144,
-		StrandedMemKB: 2 * farmseed.GB}, SoftLimit: 1.6, HardLimit: 2, CompensateTimeout: testenv.Patience(20 * time.Second)},
-		dispatch.Options{Registerer: reg})
-	host := h.host(farmseed.HostSpec{Cores: 8, MemKB: 32 * farmseed.GB})
-	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 2, NotThreadable: true, MemKB: 2 * farmseed.GB}}})
-	l := h.layers(j)[0]
-
-	res := d.Dispatch(context.Background(), l, l.Frames, host)
+	l, _, res := h.dispatchTwo(lostReply{rqd}, 0, reg)
 	if len(res.Dispatched) != 2 || len(res.LaunchFailed) != 0 {
 		t.Fatalf("dispatched=%d launchFailed=%d, want 2 and 0 (%+v)", len(res.Dispatched), len(res.LaunchFailed), res)
 	}
@@ -773,15 +780,7 @@ func TestLaunchUsingItsWholeBudgetIsCompensated(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	bl := &blockingLauncher{}
-	d := dispatch.New(h.pool, h.pub, bl, dispatch.Config{Policy: sizing.Policy{CoreUnit: 100, MinMemKB: 262144,
-		StrandedMemKB: 2 * farmseed.GB}, SoftLimit: 1.6, HardLimit: 2,
-		LaunchTimeout: 300 * time.Millisecond, CompensateTimeout: testenv.Patience(20 * time.Second)},
-		dispatch.Options{Registerer: prometheus.NewRegistry()})
-	host := h.host(farmseed.HostSpec{Cores: 8, MemKB: 32 * farmseed.GB})
-	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 2, NotThreadable: true, MemKB: 2 * farmseed.GB}}})
-	l := h.layers(j)[0]
-
-	res := d.Dispatch(context.Background(), l, l.Frames, host)
+	l, host, res := h.dispatchTwo(bl, 300*time.Millisecond, prometheus.NewRegistry())
 	if len(res.Dispatched) != 0 || len(res.LaunchFailed) != 2 {
 		t.Fatalf("dispatched=%d launchFailed=%d, want 0 and 2 (%+v)", len(res.Dispatched), len(res.LaunchFailed), res)
 	}
