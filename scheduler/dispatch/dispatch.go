@@ -10,8 +10,9 @@
 //     proc UUID.
 //  2. Book in Redis first (publisher.BookAll), all planned frames in one
 //     round trip (one script call per frame, pipelined in dispatch order;
-//     each is atomic, so caps hold whatever runs between them). The per-proc record the booking script writes is what
-//     makes every later undo exact and idempotent. Each booking names the
+//     each is atomic, so caps hold whatever runs between them). The
+//     per-proc record the booking script writes is what makes every later
+//     undo exact and idempotent. Each booking names the
 //     host and carries the frame's backfill-until (now + the layer's
 //     worst-case runtime, jobs.Layer.WorstCase), so the script refuses it
 //     atomically when the host holds a firm reservation for another layer
@@ -59,8 +60,11 @@
 //  4. Redis bookings of frames that did not make it (claimed elsewhere,
 //     trimmed by a limit, or all of them if the transaction failed) are
 //     rolled back from their records.
-//  5. LaunchFrame for each winner (skipped in dry-run mode). A failed
-//     launch is compensated exactly once: one statement puts the frame back
+//  5. LaunchFrame for each winner (skipped in dry-run mode). A launch
+//     whose outcome is unknown (its deadline passed in flight) is first
+//     checked against the host's RQD status report: a frame RQD runs
+//     under our proc is launched (resolveUnknown). A failed launch is
+//     compensated exactly once: one statement puts the frame back
 //     to WAITING (exit status 299, version bumped) only while our proc still
 //     exists, and one deletes our proc and gives its resources back to the
 //     host in the same statement, so a proc already released by Cuebot's
