@@ -115,14 +115,8 @@ func (w *World) cpuBetween(ctx context.Context, a, b cpuSnap) fillCPU {
 	} else {
 		class[os.Getpid()] = "simulator process (schedulers, sidecar, fake RQD, Cuebot emulator, monitor)"
 	}
-	if info, err := w.RDB.Info(ctx, "server").Result(); err == nil {
-		for _, line := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(line, "process_id:"); ok {
-				if pid, err := strconv.Atoi(v); err == nil {
-					class[pid] = "redis-server"
-				}
-			}
-		}
+	if pid := w.env.redis.PID(); pid > 0 {
+		class[pid] = "redis-server"
 	}
 	sums := map[string]float64{}
 	for pid, end := range b.procs {

@@ -214,6 +214,17 @@ func (r *Redis) Addr() string { return r.addr }
 // a test can bring Redis back from an older snapshot.
 func (r *Redis) Dir() string { return r.dir }
 
+// PID is the redis-server process this Redis started (0 for an external
+// server, or once it was stopped).
+func (r *Redis) PID() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil || r.cmd.Process == nil || r.stopped {
+		return 0
+	}
+	return r.cmd.Process.Pid
+}
+
 // Port is the TCP port (0 for an external server).
 func (r *Redis) Port() int { return r.port }
 
