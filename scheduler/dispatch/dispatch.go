@@ -59,7 +59,11 @@
 //     they belong to the recompute loop.
 //  4. Redis bookings of frames that did not make it (claimed elsewhere,
 //     trimmed by a limit, or all of them if the transaction failed) are
-//     rolled back from their records.
+//     rolled back from their records. A transaction whose outcome stays
+//     unknown (its connection lost, and Postgres unreachable for the
+//     resolution too) may have committed: its bookings are kept, and the
+//     accounting reconcile keeps or drops each record once it sees
+//     whether the proc exists.
 //  5. LaunchFrame for each winner (skipped in dry-run mode). A launch
 //     whose outcome is unknown (its deadline passed in flight) is first
 //     checked against the host's RQD status report: a frame RQD runs
@@ -564,12 +568,18 @@ func (d *Dispatcher) settle(l *jobs.Layer, x *part) {
 	for _, id := range x.won.frames {
 		winners[id] = true
 	}
+	// A transaction of unknown outcome may have committed: its bookings
+	// stay for the accounting reconcile (an over-count until then, never
+	// an under-count that would let the gate pass more than a cap).
+	keep := errors.Is(x.err, errUnresolved)
 	for i, p := range x.booked {
 		if winners[p.frame.ID] && x.err == nil && !x.stale {
 			x.launched = append(x.launched, p)
 			continue
 		}
-		d.rollback(p.proc)
+		if !keep {
+			d.rollback(p.proc)
+		}
 		switch {
 		case x.err != nil || x.stale || x.jobStopped:
 		case x.room >= 0 && x.base+i >= x.room:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,12 +45,14 @@ type harness struct {
 	alloc    string
 	show     farmseed.Show
 	nhost    int
+	dsn      string
 }
 
 func newHarness(t *testing.T, mod func(*dispatch.Config)) *harness {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, cuebotdb.Database(t))
+	dsn := cuebotdb.Database(t)
+	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +78,7 @@ func newHarness(t *testing.T, mod func(*dispatch.Config)) *harness {
 		mod(&cfg)
 	}
 	h := &harness{t: t, pool: pool, seed: &farmseed.Seeder{DB: pool}, rdb: rdb, pub: pub, fake: fake,
-		d: dispatch.New(pool, pub, rqd, cfg, dispatch.Options{Registerer: prometheus.NewRegistry()})}
+		d: dispatch.New(pool, pub, rqd, cfg, dispatch.Options{Registerer: prometheus.NewRegistry()}), dsn: dsn}
 	h.facility = h.must(h.seed.Facility(ctx, "f1"))
 	h.show = must2(h.seed.Show(ctx, "show", true))(t)
 	h.alloc = h.must(h.seed.Alloc(ctx, h.facility, "f1.general", "general"))
@@ -1001,4 +1004,98 @@ func TestDispatchCutShortBeforeItsLocksIsResolved(t *testing.T) {
 		t.Fatalf("%d procs committed after the batch was resolved as failed and rolled back in Redis", n)
 	}
 	h.checkBooked(0)
+}
+
+// TestDispatchCutOffFromPostgresKeepsItsBookings: a booking transaction
+// whose connection is lost while it waits (here on a host row someone else
+// holds) has an unknown outcome, and with Postgres unreachable the
+// resolution fails too. The transaction commits once the lock goes (the
+// whole pipeline, Sync included, was already with the server), so the
+// Redis bookings must still be there: rolled back, Redis would count 0
+// cores for 4 committed procs and the gate would let another instance book
+// past the caps (the faults suite's partition test once saw a job at 32
+// cores of a 23-core cap). Nothing is launched.
+func TestDispatchCutOffFromPostgresKeepsItsBookings(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	host := h.host(farmseed.HostSpec{Cores: 8})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 4, NotThreadable: true}}})
+	l := h.layers(j)[0]
+
+	// A dispatcher whose connections go through a proxy the test cuts.
+	pc, err := pgxpool.ParseConfig(h.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := testenv.StartProxy(net.JoinHostPort(pc.ConnConfig.Host, strconv.Itoa(int(pc.ConnConfig.Port))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	pc.ConnConfig.Host, pc.ConnConfig.Port = "127.0.0.1", uint16(proxy.Port())
+	pc.ConnConfig.ConnectTimeout = 2 * time.Second
+	cut, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cut.Close)
+	reg := prometheus.NewRegistry()
+	d := dispatch.New(cut, h.pub, nil, dispatch.Config{
+		Policy:    sizing.Policy{CoreUnit: 100, MinMemKB: 262144, StrandedMemKB: 2 * farmseed.GB},
+		SoftLimit: 1.6, HardLimit: 2, BookTimeout: testenv.Patience(20 * time.Second), DryRun: true,
+	}, dispatch.Options{Registerer: reg})
+
+	tx, err := h.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM host WHERE pk_host = $1 FOR UPDATE`, host.ID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan dispatch.Result, 1)
+	go func() { done <- d.Dispatch(ctx, l, l.Frames, host) }()
+	// The batch is with the server, waiting on the host lock (the claim's
+	// proc insert checks its host key): cut.
+	waitFor(t, "the booking batch waits on the host row", func() bool {
+		select {
+		case r := <-done:
+			t.Fatalf("dispatch returned before the cut: %+v", r)
+		default:
+		}
+		return h.count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event_type = 'Lock'`) > 0
+	})
+	proxy.Cut()
+	res := <-done
+	if res.Stop != dispatch.Failed || len(res.Dispatched) != 0 {
+		t.Fatalf("result = %+v, want failed with nothing started", res)
+	}
+	if got := counterValue(t, reg, "scheduler_dispatch_unresolved_transactions_total"); got != 1 {
+		t.Errorf("unresolved transactions = %v, want 1", got)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the cut-off batch ends", func() bool {
+		return h.count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND pid <> pg_backend_pid() AND query LIKE '%SKIP LOCKED%' AND state <> 'idle'`) == 0
+	})
+	if n := h.count(`SELECT count(*) FROM proc WHERE pk_show = $1`, h.show.ID); n != 4 {
+		t.Fatalf("%d procs committed, want the cut-off batch's 4", n)
+	}
+	h.checkBooked(4)
+}
+
+// waitFor polls cond until it holds, failing the test after a patient 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testenv.Patience(10 * time.Second))
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -26,6 +26,7 @@ type metrics struct {
 	planned          prometheus.Counter
 	lost             *prometheus.CounterVec
 	groupsSplit      prometheus.Counter
+	unresolved       prometheus.Counter
 }
 
 // Sources of a frame's memory (scheduler_sizing_frames_total{source}).
@@ -124,6 +125,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "scheduler_dispatch_group_splits_total",
 		Help: "Batches spanning several hosts rolled back because one host had less idle than the cache said, then committed host by host.",
 	})
+	m.unresolved = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "scheduler_dispatch_unresolved_transactions_total",
+		Help: "Booking transactions whose outcome stayed unknown (the connection lost before their end was read, and Postgres unreachable for the resolution too): nothing of them was launched, and their Redis bookings were kept for the accounting reconcile.",
+	})
 	m.memRequested = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "scheduler_sizing_requested_memory_bytes_total",
 		Help: "Memory the started frames' layers asked for (layer.int_mem_min), summed over frames.",
@@ -157,7 +162,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.frames, m.timeToBook, m.batches, m.batchDuration, m.txDuration, m.launchDuration,
 			m.launchFailures, m.compensations, m.killFailures, m.unknownLaunches, m.accountingErrors,
-			m.memRequested, m.memBooked, m.sizedFrames, m.planned, m.lost, m.launchQueue, m.compensateQueue, m.groupsSplit)
+			m.memRequested, m.memBooked, m.sizedFrames, m.planned, m.lost, m.launchQueue, m.compensateQueue, m.groupsSplit, m.unresolved)
 	}
 	return m
 }

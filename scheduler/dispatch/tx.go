@@ -144,6 +144,11 @@ func staleHost(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "P0001" && strings.HasPrefix(pe.Message, "unable to allocate additional")
 }
 
+// errUnresolved marks a booking transaction whose outcome stayed unknown:
+// the connection was lost before its end was read and procsFound failed
+// too. Its Redis bookings are not rolled back.
+var errUnresolved = errors.New("its outcome could not be resolved")
+
 // resolveTimeout bounds the resolution of a booking transaction whose
 // outcome is unknown (procsFound; config.CommitResolveBudget covers it).
 const resolveTimeout = 10 * time.Second
@@ -474,7 +479,19 @@ func (d *Dispatcher) commitBatch(ctx context.Context, conn *pgxpool.Conn, l *job
 		}
 		resolvedBy = time.Now().Add(resolveTimeout)
 		found, rerr := d.procsFound(ctx, all, resolvedBy, pid, sent)
-		if rerr != nil || len(found) == 0 {
+		if rerr != nil {
+			// Still unknown (Postgres unreachable from here too): the
+			// transaction may have committed, so the Redis bookings stay
+			// (settle keeps them) and the accounting reconcile keeps or
+			// drops each record once it sees whether the proc exists. A
+			// rollback now could under-count committed procs and let the
+			// gate pass more than a cap.
+			d.m.unresolved.Inc()
+			d.log.Warn("booking transaction's outcome unknown and its resolution failed; its Redis bookings are kept for the accounting reconcile",
+				"hosts", hosts, "layer", l.Name, "frames", len(all), "error", err, "resolve_error", rerr)
+			return room, false, false, time.Time{}, fmt.Errorf("dispatch layer %s on %d hosts: %w (%w: %w)", l.Name, len(parts), err, errUnresolved, rerr)
+		}
+		if len(found) == 0 {
 			return room, false, false, time.Time{}, fmt.Errorf("dispatch layer %s on %d hosts: %w", l.Name, len(parts), err)
 		}
 		d.log.Warn("the booking transaction reported an error but its procs exist; continuing", "hosts", hosts, "error", err)
