@@ -61,9 +61,10 @@
 //     trimmed by a limit, or all of them if the transaction failed) are
 //     rolled back from their records. A transaction whose outcome stays
 //     unknown (its connection lost, and Postgres unreachable for the
-//     resolution too) may have committed: its bookings are kept, and the
-//     accounting reconcile keeps or drops each record once it sees
-//     whether the proc exists.
+//     resolution too, tried again for up to 10 s) may have committed: it
+//     launches nothing, its bookings are kept, and the accounting
+//     reconcile keeps or drops each record once it sees whether the proc
+//     exists.
 //  5. LaunchFrame for each winner (skipped in dry-run mode). A launch
 //     whose outcome is unknown (its deadline passed in flight) is first
 //     checked against the host's RQD status report: a frame RQD runs

@@ -1008,22 +1008,53 @@ func TestDispatchCutShortBeforeItsLocksIsResolved(t *testing.T) {
 
 // TestDispatchCutOffFromPostgresKeepsItsBookings: a booking transaction
 // whose connection is lost while it waits (here on a host row someone else
-// holds) has an unknown outcome, and with Postgres unreachable the
-// resolution fails too. The transaction commits once the lock goes (the
-// whole pipeline, Sync included, was already with the server), so the
-// Redis bookings must still be there: rolled back, Redis would count 0
-// cores for 4 committed procs and the gate would let another instance book
-// past the caps (the faults suite's partition test once saw a job at 32
-// cores of a 23-core cap). Nothing is launched.
+// holds) has an unknown outcome, and with Postgres unreachable until the
+// resolution's deadline the outcome stays unknown. The transaction commits
+// once the lock goes (the whole pipeline, Sync included, was already with
+// the server), so the Redis bookings must still be there: rolled back,
+// Redis would count 0 cores for 4 committed procs and the gate would let
+// another instance book past the caps (the faults suite's partition test
+// once saw a job at 32 cores of a 23-core cap). Nothing is launched.
 func TestDispatchCutOffFromPostgresKeepsItsBookings(t *testing.T) {
 	t.Parallel()
+	h, res, reg := dispatchCutOff(t, false)
+	if res.Stop != dispatch.Failed || len(res.Dispatched) != 0 {
+		t.Fatalf("result = %+v, want failed with nothing started", res)
+	}
+	if got := counterValue(t, reg, "scheduler_dispatch_unresolved_transactions_total"); got != 1 {
+		t.Errorf("unresolved transactions = %v, want 1", got)
+	}
+	if n := h.count(`SELECT count(*) FROM proc WHERE pk_show = $1`, h.show.ID); n != 4 {
+		t.Fatalf("%d procs committed, want the cut-off batch's 4", n)
+	}
+	h.checkBooked(4)
+}
+
+// TestDispatchCutOffBrieflyIsResolved: the same batch, with Postgres back
+// before the resolution's deadline: the resolution, tried again, finds the
+// committed procs and the frames start.
+func TestDispatchCutOffBrieflyIsResolved(t *testing.T) {
+	t.Parallel()
+	h, res, reg := dispatchCutOff(t, true)
+	if len(res.Dispatched) != 4 {
+		t.Fatalf("result = %+v, want the 4 committed frames started", res)
+	}
+	if got := counterValue(t, reg, "scheduler_dispatch_unresolved_transactions_total"); got != 0 {
+		t.Errorf("unresolved transactions = %v, want 0", got)
+	}
+	h.checkBooked(4)
+}
+
+// dispatchCutOff dispatches 4 frames (dry run) through a proxy to
+// Postgres, cuts the proxy while the batch waits on a host row lock, lets
+// the batch commit, and restores the proxy if restore is set.
+func dispatchCutOff(t *testing.T, restore bool) (*harness, dispatch.Result, *prometheus.Registry) {
 	h := newHarness(t, nil)
 	ctx := context.Background()
 	host := h.host(farmseed.HostSpec{Cores: 8})
 	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 4, NotThreadable: true}}})
 	l := h.layers(j)[0]
 
-	// A dispatcher whose connections go through a proxy the test cuts.
 	pc, err := pgxpool.ParseConfig(h.dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -1068,13 +1099,6 @@ func TestDispatchCutOffFromPostgresKeepsItsBookings(t *testing.T) {
 			AND wait_event_type = 'Lock'`) > 0
 	})
 	proxy.Cut()
-	res := <-done
-	if res.Stop != dispatch.Failed || len(res.Dispatched) != 0 {
-		t.Fatalf("result = %+v, want failed with nothing started", res)
-	}
-	if got := counterValue(t, reg, "scheduler_dispatch_unresolved_transactions_total"); got != 1 {
-		t.Errorf("unresolved transactions = %v, want 1", got)
-	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -1082,10 +1106,10 @@ func TestDispatchCutOffFromPostgresKeepsItsBookings(t *testing.T) {
 		return h.count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
 			AND pid <> pg_backend_pid() AND query LIKE '%SKIP LOCKED%' AND state <> 'idle'`) == 0
 	})
-	if n := h.count(`SELECT count(*) FROM proc WHERE pk_show = $1`, h.show.ID); n != 4 {
-		t.Fatalf("%d procs committed, want the cut-off batch's 4", n)
+	if restore {
+		proxy.Restore()
 	}
-	h.checkBooked(4)
+	return h, <-done, reg
 }
 
 // waitFor polls cond until it holds, failing the test after a patient 10 s.

@@ -479,13 +479,20 @@ func (d *Dispatcher) commitBatch(ctx context.Context, conn *pgxpool.Conn, l *job
 		}
 		resolvedBy = time.Now().Add(resolveTimeout)
 		found, rerr := d.procsFound(ctx, all, resolvedBy, pid, sent)
+		// Postgres unreachable from here too (a partition, a restart):
+		// try again until the resolution's deadline, so a short outage
+		// still ends in a known outcome.
+		for wait := 100 * time.Millisecond; rerr != nil && time.Until(resolvedBy) > wait; wait = min(2*wait, time.Second) {
+			time.Sleep(wait)
+			found, rerr = d.procsFound(ctx, all, resolvedBy, pid, sent)
+		}
 		if rerr != nil {
-			// Still unknown (Postgres unreachable from here too): the
-			// transaction may have committed, so the Redis bookings stay
-			// (settle keeps them) and the accounting reconcile keeps or
-			// drops each record once it sees whether the proc exists. A
-			// rollback now could under-count committed procs and let the
-			// gate pass more than a cap.
+			// Still unknown at the deadline: the transaction may have
+			// committed, so the Redis bookings stay (settle keeps them)
+			// and the accounting reconcile keeps or drops each record
+			// once it sees whether the proc exists. A rollback now could
+			// under-count committed procs and let the gate pass more than
+			// a cap.
 			d.m.unresolved.Inc()
 			d.log.Warn("booking transaction's outcome unknown and its resolution failed; its Redis bookings are kept for the accounting reconcile",
 				"hosts", hosts, "layer", l.Name, "frames", len(all), "error", err, "resolve_error", rerr)
