@@ -294,6 +294,8 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		// booking whose proc never appeared.
 		BookTimeout: cfg.Accounting.InFlightGrace.D() / 2,
 	}, dispatch.Options{Logger: log, Registerer: d.Registerer, Reservations: s.Reservations})
+	// Settles booking transactions whose outcome stayed unknown.
+	s.loops = append(s.loops, s.Dispatcher.Run)
 
 	hosts := d.Hosts
 	var gates []loop.Gate

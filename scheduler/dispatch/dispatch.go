@@ -214,6 +214,8 @@ type Dispatcher struct {
 	// launches, given the anchored launch deadline: a scheduler stalled
 	// there (SIGSTOP, a paused VM).
 	afterCommit func(launchBy time.Time)
+	// unresolved queues booking transactions of unknown outcome for Run.
+	unresolved chan unresolvedBatch
 }
 
 const (
@@ -249,6 +251,8 @@ func New(pool *pgxpool.Pool, acct Accounting, rqd Launcher, cfg Config, o Option
 		log:    log.Named("dispatch"),
 		m:      newMetrics(o.Registerer),
 		resv:   o.Reservations,
+
+		unresolved: make(chan unresolvedBatch, unresolvedQueueLen),
 	}
 	claim := ClaimSQL
 	if cfg.Schema != nil {

@@ -1014,20 +1014,72 @@ func TestDispatchCutShortBeforeItsLocksIsResolved(t *testing.T) {
 // the server), so the Redis bookings must still be there: rolled back,
 // Redis would count 0 cores for 4 committed procs and the gate would let
 // another instance book past the caps (the faults suite's partition test
-// once saw a job at 32 cores of a 23-core cap). Nothing is launched.
+// once saw a job at 32 cores of a 23-core cap). Nothing is launched. Once
+// Postgres answers, Run puts the committed frames back and releases them.
 func TestDispatchCutOffFromPostgresKeepsItsBookings(t *testing.T) {
 	t.Parallel()
-	h, res, reg := dispatchCutOff(t, false)
+	h, d, proxy, res, reg := dispatchCutOff(t, cutCommitted)
 	if res.Stop != dispatch.Failed || len(res.Dispatched) != 0 {
 		t.Fatalf("result = %+v, want failed with nothing started", res)
-	}
-	if got := counterValue(t, reg, "scheduler_dispatch_unresolved_transactions_total"); got != 1 {
-		t.Errorf("unresolved transactions = %v, want 1", got)
 	}
 	if n := h.count(`SELECT count(*) FROM proc WHERE pk_show = $1`, h.show.ID); n != 4 {
 		t.Fatalf("%d procs committed, want the cut-off batch's 4", n)
 	}
 	h.checkBooked(4)
+
+	// Run settles it once Postgres answers.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(ctx) }()
+	proxy.Restore()
+	waitFor(t, "the unresolved transaction is settled", func() bool {
+		return labelledCounter(t, reg, "scheduler_dispatch_unresolved_transactions_total", "result", "put_back") == 1
+	})
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	h.checkBooked(0)
+	if n := h.count(`SELECT count(*) FROM frame WHERE pk_job IN (SELECT pk_job FROM job WHERE pk_show = $1)
+		AND str_state = 'WAITING' AND int_exit_status = 299 AND int_retries = 0`, h.show.ID); n != 4 {
+		t.Fatalf("%d frames put back to WAITING, want 4", n)
+	}
+	if n := h.count(`SELECT int_cores_idle FROM host WHERE str_name = $1`, res.Host.Name); n != 800 {
+		t.Fatalf("host idle = %d centicores after the put-back, want 800", n)
+	}
+}
+
+// TestDispatchCutOffBeforeItCommitsIsRolledBack: the batch still waits on
+// the lock when Postgres answers again: Run ends its backend, finds no
+// proc and rolls the bookings back; the batch never commits.
+func TestDispatchCutOffBeforeItCommitsIsRolledBack(t *testing.T) {
+	t.Parallel()
+	h, d, proxy, res, reg := dispatchCutOff(t, cutWaiting)
+	if res.Stop != dispatch.Failed || len(res.Dispatched) != 0 {
+		t.Fatalf("result = %+v, want failed with nothing started", res)
+	}
+	// Kept while the outcome is unknown.
+	if got := h.redisInt(publisher.SubKey(h.show.ID, h.alloc), "int_cores"); got != 4 {
+		t.Fatalf("Redis subscription int_cores = %d while the outcome is unknown, want the 4 kept", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(ctx) }()
+	proxy.Restore()
+	waitFor(t, "the unresolved transaction is settled", func() bool {
+		return labelledCounter(t, reg, "scheduler_dispatch_unresolved_transactions_total", "result", "not_committed") == 1
+	})
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	waitFor(t, "the cut-off batch ends", func() bool { return batchEnded(h) })
+	if n := h.count(`SELECT count(*) FROM proc`); n != 0 {
+		t.Fatalf("%d procs committed", n)
+	}
+	h.checkBooked(0)
 }
 
 // TestDispatchCutOffBrieflyIsResolved: the same batch, with Postgres back
@@ -1035,20 +1087,31 @@ func TestDispatchCutOffFromPostgresKeepsItsBookings(t *testing.T) {
 // committed procs and the frames start.
 func TestDispatchCutOffBrieflyIsResolved(t *testing.T) {
 	t.Parallel()
-	h, res, reg := dispatchCutOff(t, true)
+	h, _, _, res, reg := dispatchCutOff(t, cutBriefly)
 	if len(res.Dispatched) != 4 {
 		t.Fatalf("result = %+v, want the 4 committed frames started", res)
 	}
-	if got := counterValue(t, reg, "scheduler_dispatch_unresolved_transactions_total"); got != 0 {
-		t.Errorf("unresolved transactions = %v, want 0", got)
+	for _, r := range []string{"put_back", "not_committed", "left"} {
+		if got := labelledCounter(t, reg, "scheduler_dispatch_unresolved_transactions_total", "result", r); got != 0 {
+			t.Errorf("unresolved transactions %s = %v, want 0", r, got)
+		}
 	}
 	h.checkBooked(4)
 }
 
+// How dispatchCutOff's batch goes on after the cut.
+type cutMode int
+
+const (
+	cutCommitted cutMode = iota // the lock goes, the batch commits, Postgres stays cut
+	cutBriefly                  // the lock goes, the batch commits, the proxy is restored
+	cutWaiting                  // the lock stays (released at the test's end), Postgres stays cut
+)
+
 // dispatchCutOff dispatches 4 frames (dry run) through a proxy to
-// Postgres, cuts the proxy while the batch waits on a host row lock, lets
-// the batch commit, and restores the proxy if restore is set.
-func dispatchCutOff(t *testing.T, restore bool) (*harness, dispatch.Result, *prometheus.Registry) {
+// Postgres, cuts the proxy while the batch waits on a host row lock, and
+// goes on as mode says.
+func dispatchCutOff(t *testing.T, mode cutMode) (*harness, *dispatch.Dispatcher, *testenv.Proxy, dispatch.Result, *prometheus.Registry) {
 	h := newHarness(t, nil)
 	ctx := context.Background()
 	host := h.host(farmseed.HostSpec{Cores: 8})
@@ -1081,7 +1144,7 @@ func dispatchCutOff(t *testing.T, restore bool) (*harness, dispatch.Result, *pro
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(ctx)
+	t.Cleanup(func() { tx.Rollback(ctx) })
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM host WHERE pk_host = $1 FOR UPDATE`, host.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -1099,17 +1162,46 @@ func dispatchCutOff(t *testing.T, restore bool) (*harness, dispatch.Result, *pro
 			AND wait_event_type = 'Lock'`) > 0
 	})
 	proxy.Cut()
+	if mode == cutWaiting {
+		return h, d, proxy, <-done, reg
+	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the cut-off batch ends", func() bool {
-		return h.count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-			AND pid <> pg_backend_pid() AND query LIKE '%SKIP LOCKED%' AND state <> 'idle'`) == 0
-	})
-	if restore {
+	waitFor(t, "the cut-off batch ends", func() bool { return batchEnded(h) })
+	if mode == cutBriefly {
 		proxy.Restore()
 	}
-	return h, <-done, reg
+	return h, d, proxy, <-done, reg
+}
+
+// batchEnded reports whether no backend runs a booking statement.
+func batchEnded(h *harness) bool {
+	return h.count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+		AND pid <> pg_backend_pid() AND query LIKE '%SKIP LOCKED%' AND state <> 'idle'`) == 0
+}
+
+// labelledCounter is the value of name's series whose label is value.
+func labelledCounter(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("metric %s{%s=%q} not registered", name, label, value)
+	return 0
 }
 
 // waitFor polls cond until it holds, failing the test after a patient 10 s.

@@ -26,7 +26,8 @@ type metrics struct {
 	planned          prometheus.Counter
 	lost             *prometheus.CounterVec
 	groupsSplit      prometheus.Counter
-	unresolved       prometheus.Counter
+	unresolved       *prometheus.CounterVec
+	unresolvedQueue  prometheus.Gauge
 }
 
 // Sources of a frame's memory (scheduler_sizing_frames_total{source}).
@@ -125,9 +126,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "scheduler_dispatch_group_splits_total",
 		Help: "Batches spanning several hosts rolled back because one host had less idle than the cache said, then committed host by host.",
 	})
-	m.unresolved = prometheus.NewCounter(prometheus.CounterOpts{
+	m.unresolved = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "scheduler_dispatch_unresolved_transactions_total",
-		Help: "Booking transactions whose outcome stayed unknown (the connection lost before their end was read, and Postgres unreachable for the resolution too): nothing of them was launched, and their Redis bookings were kept for the accounting reconcile.",
+		Help: "Booking transactions whose outcome stayed unknown (the connection lost before their end was read, and Postgres unreachable for the resolution too; nothing of them launched, their Redis bookings kept), by how they were settled once Postgres answered: put_back (committed: frames back to WAITING, procs deleted, bookings released), not_committed (bookings rolled back), left (not settled by this instance: its drain, a full queue, or 4 minutes without an answer; the accounting reconcile and Cuebot's orphaned-proc check settle them).",
+	}, []string{"result"})
+	m.unresolvedQueue = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "scheduler_dispatch_unresolved_queue_transactions",
+		Help: "Booking transactions of unknown outcome waiting for Postgres to answer, to be settled in the background.",
 	})
 	m.memRequested = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "scheduler_sizing_requested_memory_bytes_total",
@@ -156,13 +161,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, op := range []string{"release", "rollback"} {
 		m.accountingErrors.WithLabelValues(op)
 	}
+	for _, r := range []string{unresolvedPutBack, unresolvedNotCommitted, unresolvedLeft} {
+		m.unresolved.WithLabelValues(r)
+	}
 	for _, r := range []string{lostGate, lostFrame, lostHostPG} {
 		m.lost.WithLabelValues(r)
 	}
 	if reg != nil {
 		reg.MustRegister(m.frames, m.timeToBook, m.batches, m.batchDuration, m.txDuration, m.launchDuration,
 			m.launchFailures, m.compensations, m.killFailures, m.unknownLaunches, m.accountingErrors,
-			m.memRequested, m.memBooked, m.sizedFrames, m.planned, m.lost, m.launchQueue, m.compensateQueue, m.groupsSplit, m.unresolved)
+			m.memRequested, m.memBooked, m.sizedFrames, m.planned, m.lost, m.launchQueue, m.compensateQueue, m.groupsSplit, m.unresolved, m.unresolvedQueue)
 	}
 	return m
 }

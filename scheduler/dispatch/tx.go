@@ -146,7 +146,7 @@ func staleHost(err error) bool {
 
 // errUnresolved marks a booking transaction whose outcome stayed unknown:
 // the connection was lost before its end was read and procsFound failed
-// too. Its Redis bookings are not rolled back.
+// too. Its Redis bookings are not rolled back (Run settles it).
 var errUnresolved = errors.New("its outcome could not be resolved")
 
 // resolveTimeout bounds the resolution of a booking transaction whose
@@ -175,7 +175,7 @@ func (d *Dispatcher) procsFound(ctx context.Context, booked []planned, by time.T
 	for i, p := range booked {
 		procs[i], frames[i] = p.proc, p.frame.ID
 	}
-	qctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), by)
+	qctx, cancel := context.WithDeadline(ctx, by)
 	defer cancel()
 	if pid != 0 {
 		if _, err := d.pool.Exec(qctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
@@ -229,18 +229,16 @@ UPDATE host h
 RETURNING h.int_cores_idle, h.int_mem_idle, h.int_gpus_idle, h.int_gpu_mem_idle`
 )
 
-// compensate undoes a committed booking whose launch failed. It returns the
-// host's idle values after the restore when it restored them.
-func (d *Dispatcher) compensate(ctx context.Context, h sizing.Host, p planned, version int32, cause error) (sizing.Host, bool) {
-	d.m.launchFailures.Inc()
-	d.log.Warn("launch failed; putting the frame back", "host", h.Name, "frame", p.frame.Name, "proc", p.proc, "error", cause)
-	after := h
-	restored := false
-	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+// putBack is the compensation's transaction: the frame back to WAITING
+// (while our proc exists, at the version the claim gave it), our proc
+// deleted and its resources given back to the host. restored says whether
+// the proc was still there, idle is then the host's idle cores, memory,
+// GPUs and GPU memory after the restore.
+func (d *Dispatcher) putBack(ctx context.Context, p planned, version int32) (idle [4]int64, restored bool, err error) {
+	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, ClearFrameSQL, p.frame.ID, version, p.proc); err != nil {
 			return fmt.Errorf("clear frame: %w", err)
 		}
-		var idle [4]int64
 		switch err := tx.QueryRow(ctx, DeleteProcSQL, p.proc).Scan(&idle[0], &idle[1], &idle[2], &idle[3]); {
 		case errors.Is(err, pgx.ErrNoRows):
 			// Already released by the completion path: nothing to give back.
@@ -248,11 +246,23 @@ func (d *Dispatcher) compensate(ctx context.Context, h sizing.Host, p planned, v
 			return fmt.Errorf("delete proc: %w", err)
 		default:
 			restored = true
-			after.IdleCores, after.IdleGPUs, after.IdleGPUMemKB = idle[0], idle[2], idle[3]
-			after.IdleMemKB = min(idle[1], h.IdleMemKB+p.res.MemKB)
 		}
 		return nil
 	})
+	return idle, restored && err == nil, err
+}
+
+// compensate undoes a committed booking whose launch failed. It returns the
+// host's idle values after the restore when it restored them.
+func (d *Dispatcher) compensate(ctx context.Context, h sizing.Host, p planned, version int32, cause error) (sizing.Host, bool) {
+	d.m.launchFailures.Inc()
+	d.log.Warn("launch failed; putting the frame back", "host", h.Name, "frame", p.frame.Name, "proc", p.proc, "error", cause)
+	after := h
+	idle, restored, err := d.putBack(ctx, p, version)
+	if restored {
+		after.IdleCores, after.IdleGPUs, after.IdleGPUMemKB = idle[0], idle[2], idle[3]
+		after.IdleMemKB = min(idle[1], h.IdleMemKB+p.res.MemKB)
+	}
 	if err != nil {
 		d.m.compensations.WithLabelValues("error").Inc()
 		d.log.Error("compensation failed; the frame stays RUNNING without a launch until Cuebot's orphan check",
@@ -478,24 +488,25 @@ func (d *Dispatcher) commitBatch(ctx context.Context, conn *pgxpool.Conn, l *job
 			return room, false, false, time.Time{}, fmt.Errorf("dispatch layer %s on %d hosts: %w", l.Name, len(parts), err)
 		}
 		resolvedBy = time.Now().Add(resolveTimeout)
-		found, rerr := d.procsFound(ctx, all, resolvedBy, pid, sent)
+		// Detached: the batch's own deadline may be what cut it short.
+		rctx := context.WithoutCancel(ctx)
+		found, rerr := d.procsFound(rctx, all, resolvedBy, pid, sent)
 		// Postgres unreachable from here too (a partition, a restart):
 		// try again until the resolution's deadline, so a short outage
 		// still ends in a known outcome.
 		for wait := 100 * time.Millisecond; rerr != nil && time.Until(resolvedBy) > wait; wait = min(2*wait, time.Second) {
 			time.Sleep(wait)
-			found, rerr = d.procsFound(ctx, all, resolvedBy, pid, sent)
+			found, rerr = d.procsFound(rctx, all, resolvedBy, pid, sent)
 		}
 		if rerr != nil {
 			// Still unknown at the deadline: the transaction may have
-			// committed, so the Redis bookings stay (settle keeps them)
-			// and the accounting reconcile keeps or drops each record
-			// once it sees whether the proc exists. A rollback now could
-			// under-count committed procs and let the gate pass more than
-			// a cap.
-			d.m.unresolved.Inc()
-			d.log.Warn("booking transaction's outcome unknown and its resolution failed; its Redis bookings are kept for the accounting reconcile",
+			// committed, so nothing is launched and the Redis bookings
+			// stay (settle keeps them): a rollback now could under-count
+			// committed procs and let the gate pass more than a cap. Run
+			// settles the batch once Postgres answers.
+			d.log.Warn("booking transaction's outcome unknown and its resolution failed; its Redis bookings are kept until Postgres answers",
 				"hosts", hosts, "layer", l.Name, "frames", len(all), "error", err, "resolve_error", rerr)
+			d.later(unresolvedBatch{layer: l.Name, booked: all, pid: pid, sent: sent})
 			return room, false, false, time.Time{}, fmt.Errorf("dispatch layer %s on %d hosts: %w (%w: %w)", l.Name, len(parts), err, errUnresolved, rerr)
 		}
 		if len(found) == 0 {
