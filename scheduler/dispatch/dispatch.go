@@ -216,6 +216,10 @@ type Dispatcher struct {
 	afterCommit func(launchBy time.Time)
 	// unresolved queues booking transactions of unknown outcome for Run.
 	unresolved chan unresolvedBatch
+	// committed counts the frames this dispatcher's transactions started;
+	// hostTake re-prepares HostTakeSQL as it doubles.
+	committed   atomic.Int64
+	hostTakeSQL []string
 }
 
 const (
@@ -252,7 +256,8 @@ func New(pool *pgxpool.Pool, acct Accounting, rqd Launcher, cfg Config, o Option
 		m:      newMetrics(o.Registerer),
 		resv:   o.Reservations,
 
-		unresolved: make(chan unresolvedBatch, unresolvedQueueLen),
+		unresolved:  make(chan unresolvedBatch, unresolvedQueueLen),
+		hostTakeSQL: hostTakeSQLs(),
 	}
 	claim := ClaimSQL
 	if cfg.Schema != nil {

@@ -1215,3 +1215,22 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestDispatchAtALaterHostTakeGeneration: the host update's later texts
+// (re-prepared as the committed frames double) book as the first does.
+func TestDispatchAtALaterHostTakeGeneration(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	host := h.host(farmseed.HostSpec{Cores: 8})
+	j := h.job(farmseed.JobSpec{Layers: []farmseed.LayerSpec{{Frames: 3, NotThreadable: true}}})
+	l := h.layers(j)[0]
+	dispatch.SetCommitted(h.d, 1<<20)
+	res := h.d.Dispatch(context.Background(), l, l.Frames, host)
+	if len(res.Dispatched) != 3 {
+		t.Fatalf("result = %+v, want 3 started", res)
+	}
+	if n := h.count(`SELECT int_cores_idle FROM host WHERE pk_host = $1`, host.ID); n != 500 || res.Host.IdleCores != 500 {
+		t.Fatalf("host idle = %d centicores (result says %d), want 500", n, res.Host.IdleCores)
+	}
+	h.checkBooked(3)
+}
