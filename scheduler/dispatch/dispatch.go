@@ -62,9 +62,10 @@
 //     rolled back from their records. A transaction whose outcome stays
 //     unknown (its connection lost, and Postgres unreachable for the
 //     resolution too, tried again for up to 10 s) may have committed: it
-//     launches nothing, its bookings are kept, and the accounting
-//     reconcile keeps or drops each record once it sees whether the proc
-//     exists.
+//     launches nothing and its bookings are kept; Run settles it once
+//     Postgres answers (committed frames put back to WAITING, an
+//     uncommitted one's bookings rolled back), and without Run the
+//     accounting reconcile and Cuebot's orphaned-proc check do, later.
 //  5. LaunchFrame for each winner (skipped in dry-run mode). A launch
 //     whose outcome is unknown (its deadline passed in flight) is first
 //     checked against the host's RQD status report: a frame RQD runs
@@ -579,8 +580,8 @@ func (d *Dispatcher) settle(l *jobs.Layer, x *part) {
 		winners[id] = true
 	}
 	// A transaction of unknown outcome may have committed: its bookings
-	// stay for the accounting reconcile (an over-count until then, never
-	// an under-count that would let the gate pass more than a cap).
+	// stay until Run settles it (an over-count until then, never an
+	// under-count that would let the gate pass more than a cap).
 	keep := errors.Is(x.err, errUnresolved)
 	for i, p := range x.booked {
 		if winners[p.frame.ID] && x.err == nil && !x.stale {
