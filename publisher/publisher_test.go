@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
@@ -166,31 +167,9 @@ func TestBookHappyPathDuplicateAndMetrics(t *testing.T) {
 	if v := f.rdb.HGet(f.ctx, publisher.ProcKey("p1"), "centi").Val(); v != "150" {
 		t.Errorf("record centi = %q, want exact 150", v)
 	}
-	if got := metricValue(t, f.reg, "scheduler_accounting_bookings_total", "result", "duplicate"); got != 1 {
+	if got := promread.Value(t, f.reg, "scheduler_accounting_bookings_total", "result", "duplicate"); got != 1 {
 		t.Errorf("duplicate bookings metric = %v", got)
 	}
-}
-
-func metricValue(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("metric %s{%s=%q} not found", name, label, value)
-	return 0
 }
 
 func TestLimitErrorsNameTableAndNumbers(t *testing.T) {
@@ -225,7 +204,7 @@ func TestLimitErrorsNameTableAndNumbers(t *testing.T) {
 	if want := "job max GPUs exceeded: job J: 0 + 3 > 2 GPUs"; err == nil || err.Error() != want {
 		t.Errorf("message = %v, want %q", err, want)
 	}
-	if got := metricValue(t, f.reg, "scheduler_accounting_limit_exceeded_total", "table", "subscription"); got != 2 {
+	if got := promread.Value(t, f.reg, "scheduler_accounting_limit_exceeded_total", "table", "subscription"); got != 2 {
 		t.Errorf("limit_exceeded{subscription} = %v, want 2", got)
 	}
 	f.expectCores(11)
@@ -397,7 +376,7 @@ func TestRollbackAndRelease(t *testing.T) {
 		t.Fatalf("Release = %+v, %v", r, err)
 	}
 	f.expectCores(2)
-	if got := metricValue(t, f.reg, "scheduler_accounting_releases_total", "result", "never_booked"); got != 1 {
+	if got := promread.Value(t, f.reg, "scheduler_accounting_releases_total", "result", "never_booked"); got != 1 {
 		t.Errorf("never_booked = %v", got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 )
 
 // A booking that names its host honours the host's reservation: another
@@ -59,7 +60,7 @@ func TestBookHonoursHostReservation(t *testing.T) {
 	if err != nil || res.Reservation != "" {
 		t.Fatalf("booking without a host: %+v, %v", res, err)
 	}
-	if got := metricValue(t, f.reg, "scheduler_accounting_bookings_total", "result", "reserved"); got != 2 {
+	if got := promread.Value(t, f.reg, "scheduler_accounting_bookings_total", "result", "reserved"); got != 2 {
 		t.Errorf("reserved bookings metric = %v, want 2", got)
 	}
 	// An expired reservation is none.

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 )
 
 // A node-locked limit of 2 seats: two hosts take a seat each, a third host
@@ -87,7 +88,7 @@ func TestBookNodeLockedSeats(t *testing.T) {
 	if _, err := f.pub.Book(f.ctx, b); !errors.As(err, &se) || se.Max != 0 {
 		t.Errorf("limit 0: err = %v, want a SeatError", err)
 	}
-	if got := metricValue(t, f.reg, "scheduler_accounting_bookings_total", "result", "seat"); got != 3 {
+	if got := promread.Value(t, f.reg, "scheduler_accounting_bookings_total", "result", "seat"); got != 3 {
 		t.Errorf("seat refusals metric = %v, want 3", got)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
@@ -145,8 +146,8 @@ func TestPassOutcomes(t *testing.T) {
 	}
 	// Delivered against planned: the pass offered the layer's 6 frames
 	// and delivered 4; nothing is left in a queue.
-	planned, delivered := counterValue(t, reg, "scheduler_pass_planned_frames_total", ""),
-		counterValue(t, reg, "scheduler_pass_delivered_frames_total", "")
+	planned, delivered := promread.Value(t, reg, "scheduler_pass_planned_frames_total"),
+		promread.Value(t, reg, "scheduler_pass_delivered_frames_total")
 	if planned != 6 || delivered != 4 {
 		t.Fatalf("planned %v delivered %v, want 6 and 4", planned, delivered)
 	}
@@ -384,7 +385,7 @@ func TestErrorIsNotAnEmptyCluster(t *testing.T) {
 		}
 		want = min(want*2, hi)
 	}
-	if n := counterValue(t, reg, "scheduler_pass_errors_total", "job_query"); n != 6 {
+	if n := promread.Value(t, reg, "scheduler_pass_errors_total", "stage", "job_query"); n != 6 {
 		t.Fatalf("scheduler_pass_errors_total{stage=job_query} = %v, want 6", n)
 	}
 	db.down.Store(false)
@@ -405,31 +406,6 @@ func TestErrorIsNotAnEmptyCluster(t *testing.T) {
 	if r := pf.Pass(ctx, c); r.Reason != loop.Failed || r.Sleep > lo || r.Sleep < lo/2 {
 		t.Fatalf("pass whose bookings failed = %+v, want failed with a backoff in [%v, %v]", r, lo/2, lo)
 	}
-}
-
-func counterValue(t *testing.T, g prometheus.Gatherer, name, stage string) float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if stage == "" && len(m.GetLabel()) == 0 {
-				return m.GetCounter().GetValue()
-			}
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "stage" && l.GetValue() == stage {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no %s{stage=%q}", name, stage)
-	return 0
 }
 
 func gaugeValue(t *testing.T, g prometheus.Gatherer, name string) float64 {

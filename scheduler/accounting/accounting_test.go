@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
@@ -76,7 +77,7 @@ func TestBootstrapSeedsManagedShowsOnly(t *testing.T) {
 	if got := f.pgInt(`SELECT int_cores FROM subscription WHERE pk_show = $1`, b.id); got != 0 {
 		t.Errorf("Cuebot show's subscription touched: %d", got)
 	}
-	if got := metric(t, reg, "scheduler_accounting_bootstraps_total"); got != 1 {
+	if got := promread.Value(t, reg, "scheduler_accounting_bootstraps_total"); got != 1 {
 		t.Errorf("bootstraps = %v", got)
 	}
 }
@@ -121,7 +122,7 @@ func TestRaceTraceT0toT6(t *testing.T) {
 			if got := sh.subCores(); got != 60 {
 				t.Fatalf("t3..t6: Redis int_cores = %d after the recompute, want 60 (booking lost)", got)
 			}
-			if got := metric(t, reg, "scheduler_accounting_recompute_retries_total"); got != 0 {
+			if got := promread.Value(t, reg, "scheduler_accounting_recompute_retries_total"); got != 0 {
 				t.Errorf("retries = %v, want 0: no CAS to retry on", got)
 			}
 			if !committed {
@@ -188,13 +189,13 @@ func TestRecomputeHealsEveryDriftKind(t *testing.T) {
 	if got := f.counter(publisher.FolderKey(other), "int_cores"); got != 1 {
 		t.Errorf("moved job's folder = %d, want 1", got)
 	}
-	if got := metric(t, reg, "scheduler_accounting_records_reconciled_total", "action", "adopted"); got != 1 {
+	if got := promread.Value(t, reg, "scheduler_accounting_records_reconciled_total", "action", "adopted"); got != 1 {
 		t.Errorf("adopted = %v", got)
 	}
-	if got := metric(t, reg, "scheduler_accounting_records_reconciled_total", "action", "dropped"); got != 2 {
+	if got := promread.Value(t, reg, "scheduler_accounting_records_reconciled_total", "action", "dropped"); got != 2 {
 		t.Errorf("dropped = %v", got)
 	}
-	if got := metric(t, reg, "scheduler_accounting_drift_corrected_total", "table", "subscription"); got == 0 {
+	if got := promread.Value(t, reg, "scheduler_accounting_drift_corrected_total", "table", "subscription"); got == 0 {
 		t.Error("no subscription drift counted")
 	}
 	// A release arriving late for the dropped record is a counted no-op.
@@ -284,7 +285,7 @@ func TestLimitReseedCopiesCapsOnly(t *testing.T) {
 			t.Errorf("%s %s = %d, want %d", c.key, c.field, got, c.want)
 		}
 	}
-	if got := metric(t, reg, "scheduler_accounting_reseed_cycles_total", "kind", "limit", "result", "ok"); got != 1 {
+	if got := promread.Value(t, reg, "scheduler_accounting_reseed_cycles_total", "kind", "limit", "result", "ok"); got != 1 {
 		t.Errorf("limit reseed cycles = %v", got)
 	}
 	// The new caps bind at once: the 99-centicore folder cap as 0 cores.
@@ -407,7 +408,7 @@ func TestUnmanagedShowIsClosedForBooking(t *testing.T) {
 	if _, err := f.pub.Book(f.ctx, sh.booking("p2", 0, 100)); !errors.Is(err, publisher.ErrShowNotSeeded) {
 		t.Fatalf("booking while the flip settles: %v", err)
 	}
-	if got := metric(t, reg, "scheduler_accounting_unseeded_shows"); got != 1 {
+	if got := promread.Value(t, reg, "scheduler_accounting_unseeded_shows"); got != 1 {
 		t.Errorf("unseeded gauge = %v, want 1", got)
 	}
 	time.Sleep(60 * time.Millisecond)
@@ -417,7 +418,7 @@ func TestUnmanagedShowIsClosedForBooking(t *testing.T) {
 	if _, err := f.pub.Book(f.ctx, sh.booking("p2", 0, 100)); err != nil {
 		t.Fatalf("booking after re-manage: %v", err)
 	}
-	if got := metric(t, reg, "scheduler_accounting_unseeded_shows"); got != 0 {
+	if got := promread.Value(t, reg, "scheduler_accounting_unseeded_shows"); got != 0 {
 		t.Errorf("unseeded gauge = %v, want 0", got)
 	}
 }
@@ -472,7 +473,7 @@ func TestOrphanOfGoneBackendDroppedAtOnce(t *testing.T) {
 	if got := sh.subCores(); got != 10 {
 		t.Fatalf("after the recompute: %d cores, want 10 (the orphan's 3 dropped; in flight 8 and pid-less 2 kept)", got)
 	}
-	if n := metric(t, reg, "scheduler_accounting_records_reconciled_total", "action", "dropped_orphaned"); n != 1 {
+	if n := promread.Value(t, reg, "scheduler_accounting_records_reconciled_total", "action", "dropped_orphaned"); n != 1 {
 		t.Errorf("dropped_orphaned = %v, want 1", n)
 	}
 	// The in-flight booking commits on its connection: counted once.
@@ -495,7 +496,7 @@ func TestOrphanOfGoneBackendDroppedAtOnce(t *testing.T) {
 	if got := sh.subCores(); got != 11 {
 		t.Fatalf("after the re-bootstrap: %d cores, want 11 (8 committed + 2 and 1 pid-less, orphan2 dropped)", got)
 	}
-	if n := metric(t, reg, "scheduler_accounting_records_reconciled_total", "action", "dropped_orphaned"); n != 2 {
+	if n := promread.Value(t, reg, "scheduler_accounting_records_reconciled_total", "action", "dropped_orphaned"); n != 2 {
 		t.Errorf("dropped_orphaned = %v, want 2", n)
 	}
 }

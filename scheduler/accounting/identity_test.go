@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 )
 
 // A staging scheduler on a second database pointed at the Redis db the
@@ -63,7 +64,7 @@ func TestRedisOfAnotherDatabaseIsRefused(t *testing.T) {
 	// Running anyway: the gate never opens, every writer refuses.
 	runService(t, ss)
 	eventually(t, 30*time.Second, "identity mismatch gauge", func() bool {
-		return metric(t, reg, "scheduler_accounting_identity_mismatch") == 1
+		return promread.Value(t, reg, "scheduler_accounting_identity_mismatch") == 1
 	})
 	if ss.Ready() || !names(ss.ReadyErr()) {
 		t.Errorf("staging gate: ready %v, reason %v; want shut naming both identities", ss.Ready(), ss.ReadyErr())

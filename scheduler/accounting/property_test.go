@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
@@ -316,12 +317,12 @@ func TestPropertyConcurrentBookReleaseRollback(t *testing.T) {
 	t.Logf("booked %d (rejected %d, rolled back %d, leaked %d), released %d; %d recompute and %d limit-reseed cycles, %d checks; %v records dropped",
 		stats.booked.Load(), stats.rejected.Load(), stats.rolledBack.Load(), stats.leaked.Load(), stats.released.Load(),
 		stats.recomputes.Load(), stats.reseeds.Load(), stats.checks.Load(),
-		metric(t, reg, "scheduler_accounting_records_reconciled_total", "action", "dropped"))
+		promread.Value(t, reg, "scheduler_accounting_records_reconciled_total", "action", "dropped"))
 	if !enough() {
 		t.Errorf("the test did not exercise enough: %d booked, %d rejected, %d recomputes, %d checks",
 			stats.booked.Load(), stats.rejected.Load(), stats.recomputes.Load(), stats.checks.Load())
 	}
-	if d := metric(t, reg, "scheduler_accounting_records_reconciled_total", "action", "dropped"); d < float64(stats.leaked.Load()) {
+	if d := promread.Value(t, reg, "scheduler_accounting_records_reconciled_total", "action", "dropped"); d < float64(stats.leaked.Load()) {
 		t.Errorf("dropped %v records, want at least the %d leaked", d, stats.leaked.Load())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
@@ -104,7 +105,7 @@ func TestRolledBackRedisIsNotTrusted(t *testing.T) {
 		t.Helper()
 		start := time.Now()
 		d := eventually(t, 2*time.Second, "the gate closes on the rolled-back state", func() bool {
-			return metric(t, reg, "scheduler_accounting_rollbacks_detected_total", "kind", kind) >= 1
+			return promread.Value(t, reg, "scheduler_accounting_rollbacks_detected_total", "kind", kind) >= 1
 		})
 		if s.Ready() {
 			// The gate closes before the invalidation that the metric
@@ -151,7 +152,7 @@ func TestRolledBackRedisIsNotTrusted(t *testing.T) {
 	book(3)
 	f.restore(older)
 	waitClosed("epoch", ep1)
-	if got := metric(t, reg, "scheduler_accounting_bootstraps_total"); got != 4 {
+	if got := promread.Value(t, reg, "scheduler_accounting_bootstraps_total"); got != 4 {
 		t.Errorf("bootstraps = %v, want 4 (startup, seq rollback, flush, epoch rollback)", got)
 	}
 
@@ -176,7 +177,7 @@ func TestLateAdoptionKeepsTheHighWaterMark(t *testing.T) {
 	f, s, reg, epoch := lostFive(t)
 	s.adoptEpoch(f.ctx, epoch)
 	s.checkEpoch(f.ctx)
-	if got := metric(t, reg, "scheduler_accounting_rollbacks_detected_total", "kind", "seq"); got != 1 {
+	if got := promread.Value(t, reg, "scheduler_accounting_rollbacks_detected_total", "kind", "seq"); got != 1 {
 		t.Fatalf("seq rollbacks detected = %v after a late adoption of the same epoch, want 1", got)
 	}
 }
@@ -198,7 +199,7 @@ func TestRecomputeAfterARollbackDoesNotHideIt(t *testing.T) {
 	if !errors.Is(err, publisher.ErrSeqRolledBack) {
 		t.Fatalf("recompute on a rolled-back Redis: %v, want ErrSeqRolledBack", err)
 	}
-	if got := metric(t, reg, "scheduler_accounting_rollbacks_detected_total", "kind", "seq"); got != 1 {
+	if got := promread.Value(t, reg, "scheduler_accounting_rollbacks_detected_total", "kind", "seq"); got != 1 {
 		t.Errorf("seq rollbacks detected = %v, want 1", got)
 	}
 	if n, err := f.rdb.Exists(f.ctx, "acct:proc:p-6").Result(); err != nil || n != 0 {

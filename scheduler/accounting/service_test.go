@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
@@ -60,7 +61,7 @@ func TestManagedFlipMidLoad(t *testing.T) {
 					}
 				case errors.Is(err, publisher.ErrShowNotSeeded):
 					notSeeded.Add(1)
-					if metric(t, reg, "scheduler_accounting_unseeded_shows") == 1 {
+					if promread.Value(t, reg, "scheduler_accounting_unseeded_shows") == 1 {
 						sawUnseededGauge.Store(true)
 					}
 					time.Sleep(5 * time.Millisecond)
@@ -226,7 +227,7 @@ func TestFlushAllMidLoad(t *testing.T) {
 
 	// Load first: the flush lands among bookings, releases and inserts.
 	eventually(t, 5*time.Second, "bookings under load before the flush", func() bool { return booked.Load() >= 100 })
-	before := metric(t, reg, "scheduler_accounting_bootstraps_total")
+	before := promread.Value(t, reg, "scheduler_accounting_bootstraps_total")
 	flushed.Store(true)
 	flushAt := time.Now()
 	if err := f.rdb.FlushAll(f.ctx).Err(); err != nil {
@@ -234,7 +235,7 @@ func TestFlushAllMidLoad(t *testing.T) {
 	}
 	// The re-bootstrap: a second bootstrap done, and the gate open again.
 	eventually(t, 5*time.Second, "the re-bootstrap after FLUSHALL", func() bool {
-		return metric(t, reg, "scheduler_accounting_bootstraps_total") > before && s.Ready()
+		return promread.Value(t, reg, "scheduler_accounting_bootstraps_total") > before && s.Ready()
 	})
 	reopened.Store(true)
 	eventually(t, 5*time.Second, "booking resumes after FLUSHALL", func() bool { return bookedAfter.Load() > 0 })
@@ -244,7 +245,7 @@ func TestFlushAllMidLoad(t *testing.T) {
 	if !sawClosedGate.Load() && paused.Load() == 0 {
 		t.Error("booking never paused after FLUSHALL")
 	}
-	if got := metric(t, reg, "scheduler_accounting_bootstraps_total"); got != 2 {
+	if got := promread.Value(t, reg, "scheduler_accounting_bootstraps_total"); got != 2 {
 		t.Errorf("bootstraps = %v, want 2 (startup and after the flush)", got)
 	}
 	// Quiescence: past the in-flight grace, one more cycle, then exact.
@@ -306,9 +307,9 @@ func TestTwoInstancesOneLeader(t *testing.T) {
 		// Its first cycle ends when the machine lets it, not within the
 		// window above.
 		eventually(t, 5*time.Second, "the leader's first recompute", func() bool {
-			return metric(t, reg1, "scheduler_accounting_recompute_cycles_total", "result", "ok") > 0
+			return promread.Value(t, reg1, "scheduler_accounting_recompute_cycles_total", "result", "ok") > 0
 		})
-	} else if metric(t, reg1, "scheduler_accounting_recompute_cycles_total", "result", "ok") != 0 {
+	} else if promread.Value(t, reg1, "scheduler_accounting_recompute_cycles_total", "result", "ok") != 0 {
 		t.Error("the follower ran a recompute")
 	}
 	if !follower.Ready() {
@@ -353,7 +354,7 @@ func TestLeaderStopsWhenItsSessionDies(t *testing.T) {
 			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, pid).Scan(&n)
 		return n == 1 && s.IsLeader() && s.terms.Load() > term
 	})
-	if got := metric(t, reg, "scheduler_accounting_leader"); got != 1 {
+	if got := promread.Value(t, reg, "scheduler_accounting_leader"); got != 1 {
 		t.Errorf("leader gauge = %v", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
@@ -103,10 +104,10 @@ func TestRecomputeNeverStarves(t *testing.T) {
 	if got := casWouldFail.Load(); got != wantCycles {
 		t.Errorf("acct:seq moved inside only %d of %d snapshot windows: the test did not force the starving case", got, wantCycles)
 	}
-	if r := metric(t, reg, "scheduler_accounting_recompute_retries_total"); r != 0 {
+	if r := promread.Value(t, reg, "scheduler_accounting_recompute_retries_total"); r != 0 {
 		t.Errorf("recompute retried %v times", r)
 	}
-	if e := metric(t, reg, "scheduler_accounting_recompute_cycles_total", "result", "error"); e != 0 {
+	if e := promread.Value(t, reg, "scheduler_accounting_recompute_cycles_total", "result", "error"); e != 0 {
 		t.Errorf("%v recompute cycles failed", e)
 	}
 	if got := sh.subCores(); got != 400 {

@@ -28,6 +28,7 @@ import (
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
@@ -885,7 +886,7 @@ func TestFailedKillAfterUncertainLaunchIsCounted(t *testing.T) {
 	if res := d.Dispatch(context.Background(), l, l.Frames, host); len(res.LaunchFailed) != 2 {
 		t.Fatalf("result = %+v", res)
 	}
-	if got := counterValue(t, reg, "scheduler_dispatch_kill_failures_total"); got != 2 {
+	if got := promread.Value(t, reg, "scheduler_dispatch_kill_failures_total"); got != 2 {
 		t.Errorf("scheduler_dispatch_kill_failures_total = %v, want 2", got)
 	}
 	mu.Lock()
@@ -905,22 +906,6 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.Write(p)
-}
-
-// counterValue reads a registered counter without labels.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("metric %s not registered", name)
-	return 0
 }
 
 // A booking transaction cut short by its deadline (here: the host row is
@@ -992,14 +977,7 @@ func TestDispatchCutShortBeforeItsLocksIsResolved(t *testing.T) {
 	}
 	// Wait until no backend of this database runs a booking statement (a
 	// live batch commits or fails within its statement's run).
-	deadline := time.Now().Add(testenv.Patience(10 * time.Second))
-	for h.count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-		AND pid <> pg_backend_pid() AND state <> 'idle' AND query LIKE '%SKIP LOCKED%'`) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("a booking statement still runs")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, "no booking statement runs", func() bool { return batchEnded(h) })
 	if n := h.count(`SELECT count(*) FROM proc`); n != 0 {
 		t.Fatalf("%d procs committed after the batch was resolved as failed and rolled back in Redis", n)
 	}
@@ -1028,18 +1006,7 @@ func TestDispatchCutOffFromPostgresKeepsItsBookings(t *testing.T) {
 	h.checkBooked(4)
 
 	// Run settles it once Postgres answers.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ran := make(chan error, 1)
-	go func() { ran <- d.Run(ctx) }()
-	proxy.Restore()
-	waitFor(t, "the unresolved transaction is settled", func() bool {
-		return labelledCounter(t, reg, "scheduler_dispatch_unresolved_transactions_total", "result", "put_back") == 1
-	})
-	cancel()
-	if err := <-ran; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	settleOnceRestored(t, d, proxy, reg, "put_back")
 	h.checkBooked(0)
 	if n := h.count(`SELECT count(*) FROM frame WHERE pk_job IN (SELECT pk_job FROM job WHERE pk_show = $1)
 		AND str_state = 'WAITING' AND int_exit_status = 299 AND int_retries = 0`, h.show.ID); n != 4 {
@@ -1063,18 +1030,7 @@ func TestDispatchCutOffBeforeItCommitsIsRolledBack(t *testing.T) {
 	if got := h.redisInt(publisher.SubKey(h.show.ID, h.alloc), "int_cores"); got != 4 {
 		t.Fatalf("Redis subscription int_cores = %d while the outcome is unknown, want the 4 kept", got)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ran := make(chan error, 1)
-	go func() { ran <- d.Run(ctx) }()
-	proxy.Restore()
-	waitFor(t, "the unresolved transaction is settled", func() bool {
-		return labelledCounter(t, reg, "scheduler_dispatch_unresolved_transactions_total", "result", "not_committed") == 1
-	})
-	cancel()
-	if err := <-ran; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	settleOnceRestored(t, d, proxy, reg, "not_committed")
 	waitFor(t, "the cut-off batch ends", func() bool { return batchEnded(h) })
 	if n := h.count(`SELECT count(*) FROM proc`); n != 0 {
 		t.Fatalf("%d procs committed", n)
@@ -1092,11 +1048,29 @@ func TestDispatchCutOffBrieflyIsResolved(t *testing.T) {
 		t.Fatalf("result = %+v, want the 4 committed frames started", res)
 	}
 	for _, r := range []string{"put_back", "not_committed", "left"} {
-		if got := labelledCounter(t, reg, "scheduler_dispatch_unresolved_transactions_total", "result", r); got != 0 {
+		if got := promread.Value(t, reg, "scheduler_dispatch_unresolved_transactions_total", "result", r); got != 0 {
 			t.Errorf("unresolved transactions %s = %v, want 0", r, got)
 		}
 	}
 	h.checkBooked(4)
+}
+
+// settleOnceRestored runs d.Run, restores the proxy and waits until Run
+// has settled the unresolved transaction with result.
+func settleOnceRestored(t *testing.T, d *dispatch.Dispatcher, proxy *testenv.Proxy, reg *prometheus.Registry, result string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(ctx) }()
+	proxy.Restore()
+	waitFor(t, "the unresolved transaction is settled", func() bool {
+		return promread.Value(t, reg, "scheduler_dispatch_unresolved_transactions_total", "result", result) == 1
+	})
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
 }
 
 // How dispatchCutOff's batch goes on after the cut.
@@ -1179,29 +1153,6 @@ func dispatchCutOff(t *testing.T, mode cutMode) (*harness, *dispatch.Dispatcher,
 func batchEnded(h *harness) bool {
 	return h.count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
 		AND pid <> pg_backend_pid() AND query LIKE '%SKIP LOCKED%' AND state <> 'idle'`) == 0
-}
-
-// labelledCounter is the value of name's series whose label is value.
-func labelledCounter(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("metric %s{%s=%q} not registered", name, label, value)
-	return 0
 }
 
 // waitFor polls cond until it holds, failing the test after a patient 10 s.

@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cuesched/cuesched/scheduler/sizing"
 	"github.com/cuesched/cuesched/shared/config"
 	"github.com/cuesched/cuesched/shared/replication"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 )
 
 func TestStrategiesOrderTheWalk(t *testing.T) {
@@ -398,49 +398,19 @@ func TestGroupEvictionAndLeakedLeases(t *testing.T) {
 	if got, _, _ := f.c.Lookup(h.ID, showS); got.IdleCores != 800 {
 		t.Fatalf("late check-in applied: %+v", got)
 	}
-	if v := counter(t, reg, "scheduler_host_cache_lease_expired_total"); v != 1 {
+	if v := promread.Value(t, reg, "scheduler_host_cache_lease_expired_total"); v != 1 {
 		t.Fatalf("lease_expired_total = %v", v)
 	}
-	if v := counter(t, reg, "scheduler_host_cache_hits_total"); v < 4 {
+	if v := promread.Value(t, reg, "scheduler_host_cache_hits_total"); v < 4 {
 		t.Fatalf("hits_total = %v", v)
 	}
 	f.first(req("nope"))
-	if v := counter(t, reg, "scheduler_host_cache_misses_total"); v != 1 {
+	if v := promread.Value(t, reg, "scheduler_host_cache_misses_total"); v != 1 {
 		t.Fatalf("misses_total = %v", v)
 	}
-	if v := counter(t, reg, "scheduler_host_cache_size"); v != 2 {
+	if v := promread.Value(t, reg, "scheduler_host_cache_size"); v != 2 {
 		t.Fatalf("size = %v", v)
 	}
-}
-
-func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		var sum float64
-		for _, m := range f.GetMetric() {
-			sum += value(m)
-		}
-		return sum
-	}
-	t.Fatalf("metric %s not registered", name)
-	return 0
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	}
-	return 0
 }
 
 // Many goroutines check out and in while WAL transactions change the hosts

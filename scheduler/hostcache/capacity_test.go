@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuesched/cuesched/scheduler/sizing"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 )
 
 // miss checks out r, expects no candidate, and returns the miss's watch.
@@ -71,7 +72,7 @@ func TestCapacityWatchMovesOnRelevantGains(t *testing.T) {
 		t.Fatalf("after a fitting release: general moved %v (want true), fx moved %v (want false), chan closed %v",
 			w.Moved(), fxw.Moved(), closed(wake))
 	}
-	if v := counter(t, reg, "scheduler_host_cache_capacity_wakeups_total"); v != 1 {
+	if v := promread.Value(t, reg, "scheduler_host_cache_capacity_wakeups_total"); v != 1 {
 		t.Fatalf("capacity_wakeups_total = %v, want 1", v)
 	}
 	// The bump forgot the floors: a further gain wakes nobody until

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuesched/cuesched/scheduler/sizing"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
@@ -213,28 +214,6 @@ func (f *farm) checkoutFor(layer string, r Request) Host {
 	return h
 }
 
-func labeled(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
-	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("metric %s{%s=%q} not registered", name, label, value)
-	return 0
-}
-
 // Locality: bookings make a host live for their layer; the host row giving
 // cores back turns it warm; frames of other layers cool it; a warm or live
 // host wins a near tie; the split is counted.
@@ -309,8 +288,8 @@ func TestLocalityFollowsBookingsAndTheWAL(t *testing.T) {
 	if v := look("M"); v.Locality != Live || v.LayerCores != 300 {
 		t.Fatalf("M: %v %d", v.Locality, v.LayerCores)
 	}
-	if c, w, l := labeled(t, reg, "scheduler_placements_total", "locality", "cold"), labeled(t, reg, "scheduler_placements_total", "locality", "warm"),
-		labeled(t, reg, "scheduler_placements_total", "locality", "live"); c != 5 || w != 0 || l != 0 {
+	if c, w, l := promread.Value(t, reg, "scheduler_placements_total", "locality", "cold"), promread.Value(t, reg, "scheduler_placements_total", "locality", "warm"),
+		promread.Value(t, reg, "scheduler_placements_total", "locality", "live"); c != 5 || w != 0 || l != 0 {
 		t.Fatalf("placements cold %v warm %v live %v, want 5 0 0", c, w, l)
 	}
 	// A re-snapshot keeps what the cache learnt; deleting the host forgets it.
@@ -476,7 +455,7 @@ func TestLocalityWithPostgres(t *testing.T) {
 	if h := e.first(mr); h.ID != first || h.Locality != Cold {
 		t.Fatalf("layer M went to %s (%v), want %s", h.ID, h.Locality, first)
 	}
-	if v := labeled(t, e.reg, "scheduler_placements_total", "locality", "cold"); v != 1 {
+	if v := promread.Value(t, e.reg, "scheduler_placements_total", "locality", "cold"); v != 1 {
 		t.Fatalf("cold placements %v, want 1", v)
 	}
 	e.checkInvariants()

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 )
 
 // Seed rows of the baseline schema (migrations/baseline/0006_seed.sql).
@@ -237,7 +238,7 @@ func TestConvergesWithPostgres(t *testing.T) {
 		h, _, _ := e.c.Lookup("h1", seedShowTesting)
 		return h.IdleCores == 700
 	})
-	if n := counter(t, e.reg, "scheduler_host_cache_snapshots_total"); n != 1 {
+	if n := promread.Value(t, e.reg, "scheduler_host_cache_snapshots_total"); n != 1 {
 		t.Fatalf("%v snapshots before the truncate: the cache queried again", n)
 	}
 
@@ -245,14 +246,14 @@ func TestConvergesWithPostgres(t *testing.T) {
 	e.eventually("TRUNCATE host_tag empties the groups", has(general))
 	e.exec(`INSERT INTO host_tag (pk_host_tag, pk_host, str_tag, str_tag_type) VALUES ('t1', 'h1', 'general', 'MANUAL')`)
 	e.eventually("streaming continues after the resync", has(general, "h1"))
-	if n := counter(t, e.reg, "scheduler_host_cache_snapshots_total"); n != 2 {
+	if n := promread.Value(t, e.reg, "scheduler_host_cache_snapshots_total"); n != 2 {
 		t.Fatalf("snapshots = %v, want 2 (initial + truncate)", n)
 	}
 	e.checkInvariants()
-	if st := counter(t, e.reg, "scheduler_host_cache_staleness_seconds"); st > 5 {
+	if st := promread.Value(t, e.reg, "scheduler_host_cache_staleness_seconds"); st > 5 {
 		t.Fatalf("staleness %v s", st)
 	}
-	if v := counter(t, e.reg, "scheduler_replication_transactions_applied_total"); v < 10 {
+	if v := promread.Value(t, e.reg, "scheduler_replication_transactions_applied_total"); v < 10 {
 		t.Fatalf("replication metrics not registered under scheduler_replication_: %v", v)
 	}
 }
@@ -327,7 +328,7 @@ func TestResnapshotsAfterWalsenderTerminate(t *testing.T) {
 	for kills := 0; kills < 3; {
 		// Kill a session that is streaming (not one still creating its slot).
 		e.eventually("a streaming session", func() bool {
-			return counter(t, e.reg, "scheduler_host_cache_snapshots_total") >= float64(kills+1)
+			return promread.Value(t, e.reg, "scheduler_host_cache_snapshots_total") >= float64(kills+1)
 		})
 		time.Sleep(150 * time.Millisecond)
 		var k int
@@ -342,10 +343,10 @@ func TestResnapshotsAfterWalsenderTerminate(t *testing.T) {
 	<-writerDone
 	db := e.dbState()
 	e.eventually("cache equals the database after the reconnects", func() bool { return e.cacheMatchesDB(db) })
-	if n := counter(t, e.reg, "scheduler_host_cache_snapshots_total"); n < 4 {
+	if n := promread.Value(t, e.reg, "scheduler_host_cache_snapshots_total"); n < 4 {
 		t.Fatalf("snapshots = %v after 3 terminations", n)
 	}
-	if n := counter(t, e.reg, "scheduler_replication_reconnects_total"); n < 3 {
+	if n := promread.Value(t, e.reg, "scheduler_replication_reconnects_total"); n < 3 {
 		t.Fatalf("reconnects = %v", n)
 	}
 	e.checkInvariants()
@@ -489,10 +490,10 @@ func TestIgnoresSameNamedTablesInAnotherSchema(t *testing.T) {
 		if got := e.c.Stats().Hosts; got != n {
 			t.Errorf("%s: cache holds %d hosts, public.host %d", phase, got, n)
 		}
-		if s := counter(t, e.reg, "scheduler_host_cache_snapshots_total"); s != 1 {
+		if s := promread.Value(t, e.reg, "scheduler_host_cache_snapshots_total"); s != 1 {
 			t.Errorf("%s: snapshots = %v: a shadow TRUNCATE made the cache re-snapshot", phase, s)
 		}
-		if r := counter(t, e.reg, "scheduler_replication_reconnects_total"); r != 0 {
+		if r := promread.Value(t, e.reg, "scheduler_replication_reconnects_total"); r != 0 {
 			t.Errorf("%s: the stream reconnected %v times", phase, r)
 		}
 	}
@@ -525,7 +526,7 @@ func TestIgnoresSameNamedTablesInAnotherSchema(t *testing.T) {
 	e.eventually("a real lock", func() bool { got := e.offered(general); return len(got) == 1 && got["h1"] })
 	e.exec(`TRUNCATE host_tag`)
 	e.eventually("a real TRUNCATE re-snapshots", func() bool {
-		return counter(t, e.reg, "scheduler_host_cache_snapshots_total") == 2 && len(e.offered(general)) == 0
+		return promread.Value(t, e.reg, "scheduler_host_cache_snapshots_total") == 2 && len(e.offered(general)) == 0
 	})
 	e.checkInvariants()
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/scheduler/matcher"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 )
 
 // Seat packing: a layer of a node-locked limit (2 seats) whose host h3
@@ -64,28 +65,7 @@ func TestSeatPackingPrefersSeatHosts(t *testing.T) {
 	if after := h.procsPerHost(j.ID); len(after) != 2 || after["h3"] != 8 {
 		t.Fatalf("after the seats filled: %v", after)
 	}
-	if got := counterValue(t, reg, "scheduler_layer_holds_total", "reason", "seat"); got < 1 {
+	if got := promread.Value(t, reg, "scheduler_layer_holds_total", "reason", "seat"); got < 1 {
 		t.Errorf("seat holds = %v, want >= 1", got)
 	}
-}
-
-func counterValue(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }

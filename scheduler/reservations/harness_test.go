@@ -256,28 +256,3 @@ func (h *harness) list() []reservations.Reservation {
 	}
 	return rs
 }
-
-func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if label == "" {
-				return m.GetCounter().GetValue() + m.GetGauge().GetValue()
-			}
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("metric %s{%s=%q} not found", name, label, value)
-	return 0
-}

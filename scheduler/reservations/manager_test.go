@@ -9,6 +9,7 @@ import (
 	"github.com/cuesched/cuesched/scheduler/jobs"
 	"github.com/cuesched/cuesched/scheduler/reservations"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 )
 
 // A layer blocked for long enough, wide enough, gets one reservation, on
@@ -74,7 +75,7 @@ func TestGrantOnTheHostThatDrainsSoonest(t *testing.T) {
 	if got, ok := m.Board().Lookup(r.Host); !ok || got.Layer != wide.ID {
 		t.Errorf("own grant not in the snapshot: %+v %v", got, ok)
 	}
-	if counter(t, reg, "scheduler_reservations_granted_total", "", "") != 1 {
+	if promread.Value(t, reg, "scheduler_reservations_granted_total") != 1 {
 		t.Error("granted_total not 1")
 	}
 	// One reservation per layer: the next round grants nothing more.
@@ -117,7 +118,7 @@ func TestGrantOnTheHostThatDrainsSoonest(t *testing.T) {
 	if _, ok := m.Board().Lookup(r.Host); ok {
 		t.Error("ended reservation still in the snapshot")
 	}
-	if counter(t, reg, "scheduler_reservations_ended_total", "reason", reservations.EndBooked) != 1 {
+	if promread.Value(t, reg, "scheduler_reservations_ended_total", "reason", reservations.EndBooked) != 1 {
 		t.Error("ended_total{booked} not 1")
 	}
 }
@@ -142,8 +143,8 @@ func TestNarrowAndStoppedLayersDoNotReserve(t *testing.T) {
 	if rs := h.list(); len(rs) != 0 {
 		t.Fatalf("reservations = %+v, want none (narrow; paused)", rs)
 	}
-	if counter(t, reg, "scheduler_reservations_refused_total", "reason", "narrow") < 1 ||
-		counter(t, reg, "scheduler_reservations_refused_total", "reason", "no_demand") < 1 {
+	if promread.Value(t, reg, "scheduler_reservations_refused_total", "reason", "narrow") < 1 ||
+		promread.Value(t, reg, "scheduler_reservations_refused_total", "reason", "no_demand") < 1 {
 		t.Error("refusals not counted as narrow and no_demand")
 	}
 	h.exec(`UPDATE job SET b_paused = false WHERE pk_job = $1`, wide.JobID)
@@ -186,7 +187,7 @@ func TestReservationEndsWithItsDemand(t *testing.T) {
 				t.Fatalf("%s: reservation %+v still held", reason, r)
 			}
 		}
-		if counter(t, reg, "scheduler_reservations_ended_total", "reason", reason) != 1 {
+		if promread.Value(t, reg, "scheduler_reservations_ended_total", "reason", reason) != 1 {
 			t.Errorf("ended_total{%s} != 1", reason)
 		}
 	}
@@ -234,7 +235,7 @@ func TestReservationEndsWithItsDemand(t *testing.T) {
 	if rs := h.list(); len(rs) != 0 {
 		t.Fatalf("expired reservation not swept: %+v", rs)
 	}
-	if counter(t, reg, "scheduler_reservations_ended_total", "reason", reservations.EndTimeout) != 1 {
+	if promread.Value(t, reg, "scheduler_reservations_ended_total", "reason", reservations.EndTimeout) != 1 {
 		t.Error("ended_total{timeout} != 1")
 	}
 	_ = regT
@@ -278,8 +279,8 @@ func TestTwoSchedulersRaceForOneHost(t *testing.T) {
 	if len(rs) != 1 || rs[0].Host != h.hosts["a"] {
 		t.Fatalf("reservations = %+v, want exactly one, of host a", rs)
 	}
-	lost := counter(t, reg1, "scheduler_reservations_refused_total", "reason", string(reservations.HostReserved)) +
-		counter(t, reg2, "scheduler_reservations_refused_total", "reason", string(reservations.HostReserved))
+	lost := promread.Value(t, reg1, "scheduler_reservations_refused_total", "reason", string(reservations.HostReserved)) +
+		promread.Value(t, reg2, "scheduler_reservations_refused_total", "reason", string(reservations.HostReserved))
 	if lost != 1 {
 		t.Errorf("host_reserved refusals = %v, want 1 (the loser)", lost)
 	}
@@ -311,7 +312,7 @@ func TestTwoSchedulersRaceForOneHost(t *testing.T) {
 	if rs := h.list(); len(rs) != 2 {
 		t.Fatalf("reservations = %+v, want still two (max_grants 2)", rs)
 	}
-	if counter(t, reg3, "scheduler_reservations_refused_total", "reason", string(reservations.MaxGrants)) < 1 {
+	if promread.Value(t, reg3, "scheduler_reservations_refused_total", "reason", string(reservations.MaxGrants)) < 1 {
 		t.Error("max_grants refusal not counted")
 	}
 	// Many rounds racing over the same free host never double-grant.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cuesched/cuesched/scheduler/clusters"
 	"github.com/cuesched/cuesched/shared/testkit/promlint"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
@@ -356,7 +357,7 @@ func TestStalledInstanceFencedBeforeHandOver(t *testing.T) {
 	if got := gauge(t, r.regs[1], "scheduler_work_split_owned_shares"); got != 0 {
 		t.Fatalf("resumed instance still owns %v shares", got)
 	}
-	if n := counter(t, r.regs[1], "scheduler_work_split_lease_losses_total"); n != 1 {
+	if n := promread.Value(t, r.regs[1], "scheduler_work_split_lease_losses_total"); n != 1 {
 		t.Fatalf("lease losses %v, want 1", n)
 	}
 	r.converge(5, a, c)
@@ -367,21 +368,6 @@ func TestStalledInstanceFencedBeforeHandOver(t *testing.T) {
 	if a.Owned() != 9 || c.Owned() != 9 {
 		t.Fatalf("after rejoining: %d + %d shares, want 9 + 9", a.Owned(), c.Owned())
 	}
-}
-
-func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() == name {
-			return f.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no %s", name)
-	return 0
 }
 
 // TestBusyShareReleasedAfterItsPass: a share that moves to a joining
