@@ -84,12 +84,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 func (d *Dispatcher) settleUnresolved(ctx context.Context, b unresolvedBatch) string {
 	done := make(map[string]bool, len(b.booked))
 	wait := 500 * time.Millisecond
-	putBack := false
+	// sawProcs: a try found the procs (the transaction committed); a
+	// later try no longer finds those it put back.
+	sawProcs := false
 	for {
 		committed, err := d.settleOnce(ctx, b, done)
-		putBack = putBack || committed
+		sawProcs = sawProcs || committed
 		if err == nil {
-			if putBack {
+			if sawProcs {
 				d.log.Info("booking transaction of unknown outcome had committed; its frames are back to WAITING", "layer", b.layer, "frames", len(b.booked))
 				return unresolvedPutBack
 			}
