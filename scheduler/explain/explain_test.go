@@ -175,6 +175,87 @@ func TestEveryReason(t *testing.T) {
 	}
 }
 
+// Host facts are counted once per need and allocation and summed over the
+// allocations each show subscribes to: two shows with layers of the same
+// needs see the hosts of their own subscriptions, layers of one show with
+// the same needs see the same hosts, and the roomiest host is chosen over
+// every allocation, CPU hosts before a GPU host.
+func TestHostsPerShowAndAllocation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, s := newFarm(t)
+	str, show, job := must[string](t), must[farmseed.Show](t), must[farmseed.Job](t)
+
+	fac := str(s.Facility(ctx, "f1"))
+	wide := show(s.Show(ctx, "wide", true))
+	narrow := show(s.Show(ctx, "narrow", true))
+	a1 := str(s.Alloc(ctx, fac, "f1.a", "ta"))
+	a2 := str(s.Alloc(ctx, fac, "f1.b", "tb"))
+	str(s.Subscribe(ctx, wide, a1, 1000, 1000))
+	str(s.Subscribe(ctx, wide, a2, 1000, 1000))
+	str(s.Subscribe(ctx, narrow, a2, 1000, 1000))
+	render := []farmseed.HostTag{{Name: "render", Type: "MANUAL"}}
+	idle := map[string]int{}
+	for _, h := range []struct {
+		name        string
+		alloc, tag  string
+		cores, idle int
+		gpus        int
+	}{
+		{"a-huge", a1, "ta", 24, 2, 0},
+		{"a-gpu", a1, "ta", 32, 32, 1},
+		{"b-big", a2, "tb", 16, 4, 0},
+		{"b-mid", a2, "tb", 12, 12, 0},
+	} {
+		id := str(s.Host(ctx, farmseed.HostSpec{Name: h.name, Alloc: h.alloc, AllocTag: h.tag, Cores: h.cores,
+			MemKB: 64 * farmseed.GB, GPUs: h.gpus, GPUMemKB: int64(h.gpus) * 8 * farmseed.GB, Tags: render}))
+		idle[id] = h.idle
+	}
+	for id, n := range idle {
+		if _, err := pool.Exec(ctx, `UPDATE host SET int_cores_idle = $2 WHERE pk_host = $1`, id, n*100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	one := func(name string, sh farmseed.Show, cores int) {
+		t.Helper()
+		job(s.Job(ctx, farmseed.JobSpec{Name: name, Show: sh, Facility: fac, Layers: []farmseed.LayerSpec{
+			{Name: name, Tags: []string{"render"}, Frames: 2, Cores: cores, MemKB: farmseed.GB}}}))
+	}
+	one("wide1", wide, 1)
+	one("wide2", wide, 1)
+	one("wide-ten", wide, 10)
+	one("narrow1", narrow, 1)
+
+	ls, err := explain.Layers(ctx, pool, "", "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type facts struct {
+		hosts, fitTotal, fitIdle int
+		bestIdle, bestTotal      string
+	}
+	got := map[string]facts{}
+	for _, l := range ls {
+		got[l.Job] = facts{l.Hosts, l.FitTotal, l.FitIdle, l.BestIdle, l.BestTotal}
+	}
+	want := map[string]facts{
+		// b-mid has the most idle cores of the CPU hosts, a-huge the most
+		// cores; a-gpu has more of both but is a GPU host.
+		"wide1":    {4, 4, 4, "b-mid", "a-huge"},
+		"wide2":    {4, 4, 4, "b-mid", "a-huge"},
+		"wide-ten": {4, 4, 2, "b-mid", "a-huge"},
+		"narrow1":  {2, 2, 2, "b-mid", "b-big"},
+	}
+	for j, w := range want {
+		if got[j] != w {
+			t.Errorf("%s: %+v, want %+v", j, got[j], w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("explained %v, want %v", got, want)
+	}
+}
+
 func TestClassifyOrder(t *testing.T) {
 	// Every gate closed: the first in check order wins.
 	f := explain.Facts{Paused: true, Hosts: 0, BurstFull: true, FolderFull: true, JobFull: true, LimitFull: "x",
