@@ -253,6 +253,10 @@ func runScale(ctx context.Context, w *World) error {
 		if st.layersMean >= 0 {
 			w.Metric("layer query (layersSQL) mean", st.layersMean, Info, 0, " ms")
 		}
+		if st.waitingMean >= 0 {
+			w.Metric("waiting-frames count (scheduler_waiting_frames) mean", st.waitingMean, Info, 0, " ms")
+			w.Note("waiting-frames count: %.0f calls (queue.waiting_stats_interval)", st.waitingCalls)
+		}
 		if st.layersPlanMean >= 0 {
 			w.Metric("layer query (layersSQL) planning a call", st.layersPlanMean, Info, 0, " ms")
 			w.Metric("layer query (layersSQL) calls planned", st.layersPlanned*100, Info, 0, "%")
@@ -409,6 +413,9 @@ type stmtSums struct{ calls, rows, hits, ms, planMs, plans float64 }
 type scaleStatements struct {
 	product, lab         stmtSums
 	jobsMean, layersMean float64 // ms; -1 when not found
+	// waitingMean and waitingCalls: the waiting-frames count
+	// (scheduler_waiting_frames, package explain); -1 when not found.
+	waitingMean, waitingCalls float64
 	// layersPlanMean is layersSQL's planning time a plan (ms) and
 	// layersPlanned the share of its calls that were planned (-1: not found).
 	layersPlanMean, layersPlanned float64
@@ -418,7 +425,7 @@ type scaleStatements struct {
 // statements reads pg_stat_statements of the scenario's database since the
 // reset at Start, split by role.
 func (w *World) statements(ctx context.Context) (scaleStatements, error) {
-	out := scaleStatements{jobsMean: -1, layersMean: -1, layersPlanMean: -1, layersPlanned: -1}
+	out := scaleStatements{jobsMean: -1, layersMean: -1, layersPlanMean: -1, layersPlanned: -1, waitingMean: -1}
 	rows, err := w.Pool.Query(ctx, `SELECT r.rolname = $1, s.calls::float8, s.rows::float8, s.shared_blks_hit::float8,
 		s.total_exec_time, s.mean_exec_time, s.total_plan_time, s.plans::float8, left(regexp_replace(s.query, '\s+', ' ', 'g'), 400)
 		FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
@@ -452,6 +459,8 @@ func (w *World) statements(ctx context.Context) (scaleStatements, error) {
 		switch {
 		case out.jobsMean < 0 && strings.Contains(q, "WITH live AS"):
 			out.jobsMean = mean
+		case out.waitingMean < 0 && strings.HasPrefix(q, "WITH gpuwant AS"):
+			out.waitingMean, out.waitingCalls = mean, calls
 		case out.layersMean < 0 && strings.HasPrefix(q, "WITH jl AS"):
 			out.layersMean = mean
 			if plans > 0 && calls > 0 {

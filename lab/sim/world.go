@@ -347,10 +347,11 @@ func (w *World) config() config.Config {
 }
 
 // configScale is the product's configuration, with only what the embedded
-// farm needs (no metrics listener, the sim facility, the seed's lottery).
+// farm needs (no metrics listener, the sim facility, the seed's lottery):
+// the product's own intervals, the waiting-frames count
+// (queue.waiting_stats_interval) included.
 func (w *World) configScale(cfg config.Config) config.Config {
 	cfg.Queue.LotterySeed = w.Opts.Seed
-	cfg.Queue.WaitingStatsInterval = 0
 	cfg.Metrics.Listen = ""
 	cfg.Scheduler.Facility = "sim"
 	return w.finishConfig(cfg)
