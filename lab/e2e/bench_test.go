@@ -145,7 +145,7 @@ func seedBenchFarm(tb testing.TB, pool *pgxpool.Pool, hosts, frames int) benchFa
 // benchResult is one phase of the benchmark.
 type benchResult struct {
 	frames     int
-	dispatched time.Duration // until every frame was started
+	dispatched time.Duration // until every frame was started (end to end: launched on the fake RQD)
 	drained    time.Duration // until every frame succeeded (end-to-end phase)
 	calls      int64         // the scheduler's statements (pg_stat_statements)
 	rows       int64
@@ -247,6 +247,10 @@ func runBenchPhase(b *testing.B, hosts, frames int, endToEnd bool, mod func(*con
 	// (thousands wait for its connections in the end-to-end phase) and
 	// see the end seconds late. Each poll is an EXISTS, which stops at
 	// the first row still to do, every 50 ms (0.4% of the shortest phase).
+	// In the end-to-end phase the database is read only once the emulator
+	// has completed every frame (its counter): until then the frame table
+	// is mostly dead versions of frames already started, and its polls
+	// were 6% of the database's CPU (9 ms each over 544 polls).
 	poll, err := pgx.Connect(ctx, e.dbURL)
 	if err != nil {
 		b.Fatal(err)
@@ -260,16 +264,20 @@ func runBenchPhase(b *testing.B, hosts, frames int, endToEnd bool, mod func(*con
 		return v
 	}
 	for {
-		waiting := exists(`SELECT 1 FROM frame WHERE str_state = 'WAITING' OR int_version = 0`)
-		if !waiting && r.dispatched == 0 {
-			r.dispatched = time.Since(start)
-			if !endToEnd {
+		if !endToEnd {
+			if !exists(`SELECT 1 FROM frame WHERE str_state = 'WAITING' OR int_version = 0`) {
+				r.dispatched = time.Since(start)
 				break
 			}
-		}
-		if endToEnd && !waiting && !exists(`SELECT 1 FROM frame WHERE str_state <> 'SUCCEEDED'`) && !exists(`SELECT 1 FROM proc`) {
-			r.drained = time.Since(start)
-			break
+		} else {
+			if r.dispatched == 0 && e.fake.Totals().Launched >= int64(f.frames) {
+				r.dispatched = time.Since(start) // every frame launched at least once
+			}
+			if e.emu.Stats().Completed >= uint64(f.frames) &&
+				!exists(`SELECT 1 FROM frame WHERE str_state <> 'SUCCEEDED'`) && !exists(`SELECT 1 FROM proc`) {
+				r.drained = time.Since(start)
+				break
+			}
 		}
 		if time.Since(start) > 20*time.Minute {
 			b.Fatalf("not done after 20 minutes: %d frames waiting", e.count(`SELECT count(*) FROM frame WHERE str_state = 'WAITING'`))
