@@ -246,6 +246,10 @@ func runScale(ctx context.Context, w *World) error {
 		if p.plans > 0 {
 			w.Metric("product planning time per dispatched frame (beside the DB time above)", p.planMs/launched, Info, 0, " ms")
 		}
+		// PostgreSQL's JIT on the product's statements (jit = on by
+		// default): a statement the planner over-estimates is compiled on
+		// every call, which can cost far more than the statement.
+		w.Note("product statements JIT-compiled: %.0f functions, %.0f ms of compilation", p.jitFns, p.jitMs)
 		w.Metric("simulator statements per dispatched frame (Cuebot emulator, monitor)", st.lab.calls/launched, Info, 0, "")
 		if st.jobsMean >= 0 {
 			w.Metric("job query (pendingSQL) mean", st.jobsMean, Info, 0, " ms")
@@ -408,7 +412,10 @@ func (w *World) labRole(ctx context.Context) error {
 	return nil
 }
 
-type stmtSums struct{ calls, rows, hits, ms, planMs, plans float64 }
+// stmtSums: jitMs is the time PostgreSQL spent compiling statements
+// (JIT: generation, inlining, optimisation, emission), jitFns the functions
+// it compiled.
+type stmtSums struct{ calls, rows, hits, ms, planMs, plans, jitMs, jitFns float64 }
 
 type scaleStatements struct {
 	product, lab         stmtSums
@@ -427,7 +434,9 @@ type scaleStatements struct {
 func (w *World) statements(ctx context.Context) (scaleStatements, error) {
 	out := scaleStatements{jobsMean: -1, layersMean: -1, layersPlanMean: -1, layersPlanned: -1, waitingMean: -1}
 	rows, err := w.Pool.Query(ctx, `SELECT r.rolname = $1, s.calls::float8, s.rows::float8, s.shared_blks_hit::float8,
-		s.total_exec_time, s.mean_exec_time, s.total_plan_time, s.plans::float8, left(regexp_replace(s.query, '\s+', ' ', 'g'), 400)
+		s.total_exec_time, s.mean_exec_time, s.total_plan_time, s.plans::float8,
+		s.jit_functions::float8, s.jit_generation_time + s.jit_inlining_time + s.jit_optimization_time + s.jit_emission_time,
+		left(regexp_replace(s.query, '\s+', ' ', 'g'), 400)
 		FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
 		JOIN pg_database d ON d.oid = s.dbid AND d.datname = current_database()
 		ORDER BY s.total_exec_time DESC`, scaleLabRole)
@@ -437,9 +446,9 @@ func (w *World) statements(ctx context.Context) (scaleStatements, error) {
 	defer rows.Close()
 	for rows.Next() {
 		var lab bool
-		var calls, nrows, hits, total, mean, planTotal, plans float64
+		var calls, nrows, hits, total, mean, planTotal, plans, jitFns, jitMs float64
 		var q string
-		if err := rows.Scan(&lab, &calls, &nrows, &hits, &total, &mean, &planTotal, &plans, &q); err != nil {
+		if err := rows.Scan(&lab, &calls, &nrows, &hits, &total, &mean, &planTotal, &plans, &jitFns, &jitMs, &q); err != nil {
 			return out, err
 		}
 		sum := &out.product
@@ -452,6 +461,8 @@ func (w *World) statements(ctx context.Context) (scaleStatements, error) {
 		sum.ms += total
 		sum.planMs += planTotal
 		sum.plans += plans
+		sum.jitFns += jitFns
+		sum.jitMs += jitMs
 		if lab {
 			continue
 		}
