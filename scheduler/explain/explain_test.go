@@ -161,17 +161,22 @@ func TestEveryReason(t *testing.T) {
 	for _, c := range counts {
 		byKey[c.Show+"/"+string(c.Reason)] = c.Frames
 	}
-	wantCounts := map[string]int{
+	wantExactly(t, "waiting frames", byKey, map[string]int{
 		"alpha/held": 2, "alpha/depend": 1, "alpha/no host": 2, "alpha/no fit": 4, "alpha/folder cap": 1,
 		"alpha/job cap": 1, "alpha/limit": 2, "alpha/capacity": 1, "alpha/flowing": 5, "beta/burst": 1, "alpha/failing fast": 2,
-	}
-	for k, n := range wantCounts {
-		if byKey[k] != n {
-			t.Errorf("waiting frames %s = %d, want %d", k, byKey[k], n)
+	})
+}
+
+// wantExactly fails t unless got holds exactly want's keys and values.
+func wantExactly[K, V comparable](t *testing.T, what string, got, want map[K]V) {
+	t.Helper()
+	for k, w := range want {
+		if g, ok := got[k]; !ok || g != w {
+			t.Errorf("%s %v = %+v, want %+v", what, k, g, w)
 		}
 	}
-	if len(byKey) != len(wantCounts) {
-		t.Errorf("counts %v, want exactly %v", byKey, wantCounts)
+	if len(got) != len(want) {
+		t.Errorf("%s: %+v, want exactly %+v", what, got, want)
 	}
 }
 
@@ -238,22 +243,14 @@ func TestHostsPerShowAndAllocation(t *testing.T) {
 	for _, l := range ls {
 		got[l.Job] = facts{l.Hosts, l.FitTotal, l.FitIdle, l.BestIdle, l.BestTotal}
 	}
-	want := map[string]facts{
+	wantExactly(t, "host facts of job", got, map[string]facts{
 		// b-mid has the most idle cores of the CPU hosts, a-huge the most
 		// cores; a-gpu has more of both but is a GPU host.
 		"wide1":    {4, 4, 4, "b-mid", "a-huge"},
 		"wide2":    {4, 4, 4, "b-mid", "a-huge"},
 		"wide-ten": {4, 4, 2, "b-mid", "a-huge"},
 		"narrow1":  {2, 2, 2, "b-mid", "b-big"},
-	}
-	for j, w := range want {
-		if got[j] != w {
-			t.Errorf("%s: %+v, want %+v", j, got[j], w)
-		}
-	}
-	if len(got) != len(want) {
-		t.Errorf("explained %v, want %v", got, want)
-	}
+	})
 }
 
 // The count runs with JIT off: with PostgreSQL's default jit = on, the
