@@ -6,11 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuesched/cuesched/scheduler/explain"
 	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
@@ -317,6 +320,53 @@ func TestCountIsNotJITCompiled(t *testing.T) {
 	}
 	if n := jit("WITH gpuwant AS"); n != 0 {
 		t.Errorf("the waiting-frames count compiled %d JIT functions, want 0 (jit off)", n)
+	}
+}
+
+// A count gets at most one interval: one that has not answered by then is
+// abandoned with a warning, and the gauge keeps its last values (forced
+// here with an interval of a nanosecond).
+func TestGaugeCountHasADeadline(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, s := newFarm(t)
+	str, show, job := must[string](t), must[farmseed.Show](t), must[farmseed.Job](t)
+	fac := str(s.Facility(ctx, "f1"))
+	sh := show(s.Show(ctx, "alpha", true))
+	alloc := str(s.Alloc(ctx, fac, "f1.general", "general"))
+	str(s.Subscribe(ctx, sh, alloc, 100, 100))
+	str(s.Host(ctx, farmseed.HostSpec{Name: "cpu1", Alloc: alloc, AllocTag: "general", Cores: 8, MemKB: 32 * farmseed.GB}))
+	add := func(name string) {
+		job(s.Job(ctx, farmseed.JobSpec{Name: name, Show: sh, Facility: fac,
+			Layers: []farmseed.LayerSpec{{Name: "l", Tags: []string{"general"}, Frames: 2}}}))
+	}
+	add("first")
+	var logs strings.Builder
+	reg := prometheus.NewRegistry()
+	g, err := explain.NewGauge(pool, time.Minute, nil, hclog.New(&hclog.LoggerOptions{Output: &logs}), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flowing := func() float64 {
+		return promread.Value(t, reg, "scheduler_waiting_frames", "show", "alpha", "reason", "flowing")
+	}
+	g.Update(ctx)
+	if n := flowing(); n != 2 {
+		t.Fatalf("flowing frames = %v, want 2", n)
+	}
+	add("second")
+	g.Interval = time.Nanosecond
+	g.Update(ctx)
+	if n := flowing(); n != 2 {
+		t.Errorf("flowing frames after an abandoned count = %v, want the last count's 2", n)
+	}
+	if !strings.Contains(logs.String(), "waiting-frame count failed") {
+		t.Errorf("no warning for the abandoned count; logs:\n%s", logs.String())
+	}
+	g.Interval = time.Minute
+	g.Update(ctx)
+	if n := flowing(); n != 4 {
+		t.Errorf("flowing frames = %v, want 4", n)
 	}
 }
 

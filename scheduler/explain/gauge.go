@@ -2,6 +2,7 @@ package explain
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -63,17 +64,24 @@ func (g *Gauge) Run(ctx context.Context) error {
 	}
 }
 
-// Update counts once and replaces the gauge's series.
+// Update counts once and replaces the gauge's series. A count gets at most
+// one interval: one that has not answered by the next tick is abandoned,
+// and the gauge keeps its last values.
 func (g *Gauge) Update(ctx context.Context) {
 	if g.Leader != nil && !g.Leader() {
 		g.vec.Reset()
 		g.silent.Reset()
 		return
 	}
+	if g.Interval > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.Interval)
+		defer cancel()
+	}
 	g.updateSilent(ctx)
 	counts, err := Waiting(ctx, g.DB, g.GPUProtection)
 	if err != nil {
-		if ctx.Err() == nil {
+		if !errors.Is(ctx.Err(), context.Canceled) { // shutting down: nothing to say
 			g.Logger.Warn("waiting-frame count failed", "error", err)
 		}
 		return
@@ -99,7 +107,7 @@ func (g *Gauge) Update(ctx context.Context) {
 func (g *Gauge) updateSilent(ctx context.Context) {
 	ps, err := SilentProcs(ctx, g.DB, SilentAfter)
 	if err != nil {
-		if ctx.Err() == nil {
+		if !errors.Is(ctx.Err(), context.Canceled) {
 			g.Logger.Warn("count of procs on silent hosts failed", "error", err)
 		}
 		return
