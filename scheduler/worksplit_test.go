@@ -14,6 +14,7 @@ import (
 	"github.com/cuesched/cuesched/shared/testkit/fakerqd"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
 	"github.com/cuesched/cuesched/shared/testkit/promlint"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
@@ -134,13 +135,13 @@ func TestWorkSplitHandsOverWhenAnInstanceDies(t *testing.T) {
 	waitFor("8 frames running", func() bool { return len(fake.Launches()) == 8 })
 	// The fake RQD records a launch before the dispatcher counts it.
 	waitFor("8 frames counted", func() bool {
-		return counterSumOr0(t, a.reg, "scheduler_frames_dispatched_total")+counterSumOr0(t, b.reg, "scheduler_frames_dispatched_total") == 8
+		return promread.ValueOr0(t, a.reg, "scheduler_frames_dispatched_total")+promread.ValueOr0(t, b.reg, "scheduler_frames_dispatched_total") == 8
 	})
 	for _, in := range []*splitInstance{a, b} {
-		if got := counterSum(t, in.reg, "scheduler_frames_dispatched_total"); got != 4 {
+		if got := promread.Value(t, in.reg, "scheduler_frames_dispatched_total"); got != 4 {
 			t.Fatalf("an instance dispatched %v frames, want 4 (its allocation's)", got)
 		}
-		if lost := counterSum(t, in.reg, "scheduler_bookings_lost_total"); lost != 0 {
+		if lost := promread.Value(t, in.reg, "scheduler_bookings_lost_total"); lost != 0 {
 			t.Fatalf("an instance lost %v races with the work split", lost)
 		}
 	}
@@ -159,11 +160,11 @@ func TestWorkSplitHandsOverWhenAnInstanceDies(t *testing.T) {
 			int64(0x6373)).Scan(&n)
 		return n == 1
 	})
-	renewed := counterSum(t, survivor.reg, "scheduler_work_split_lease_renewals_total")
+	renewed := promread.Value(t, survivor.reg, "scheduler_work_split_lease_renewals_total")
 	waitFor("the survivor to own both allocations", func() bool { return survivor.s.Shard.Owns(otherC) && survivor.s.Shard.Owns(general) })
 	// The bound, in lease steps (not wall time): the first step after the
 	// dead session ended takes its share.
-	if steps := counterSum(t, survivor.reg, "scheduler_work_split_lease_renewals_total") - renewed; steps > 2 {
+	if steps := promread.Value(t, survivor.reg, "scheduler_work_split_lease_renewals_total") - renewed; steps > 2 {
 		t.Fatalf("the survivor took %v lease steps to take the dead instance's allocation, want <= 2", steps)
 	}
 	z := job("z", "other", 4)
@@ -192,40 +193,4 @@ func TestWorkSplitHandsOverWhenAnInstanceDies(t *testing.T) {
 		t.Fatalf("%d hosts booked past their cores", over)
 	}
 	promlint.Check(t, survivor.reg)
-}
-
-// counterSum sums every series of a counter.
-func counterSum(t *testing.T, g prometheus.Gatherer, name string) float64 {
-	t.Helper()
-	v, ok := counterTotal(t, g, name)
-	if !ok {
-		t.Fatalf("no %s", name)
-	}
-	return v
-}
-
-// counterSumOr0 is counterSum of a counter that may have no series yet.
-func counterSumOr0(t *testing.T, g prometheus.Gatherer, name string) float64 {
-	t.Helper()
-	v, _ := counterTotal(t, g, name)
-	return v
-}
-
-func counterTotal(t *testing.T, g prometheus.Gatherer, name string) (float64, bool) {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		sum := 0.0
-		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue()
-		}
-		return sum, true
-	}
-	return 0, false
 }

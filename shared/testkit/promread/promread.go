@@ -16,8 +16,30 @@ import (
 // series matches.
 func Value(t testing.TB, g prometheus.Gatherer, name string, labels ...string) float64 {
 	t.Helper()
+	v, registered, matched := read(t, g, name, labels)
+	if !registered {
+		t.Fatalf("metric %s not registered", name)
+	}
+	if !matched {
+		t.Fatalf("metric %s has no series with labels %q", name, labels)
+	}
+	return v
+}
+
+// ValueOr0 is Value of a family that may have no matching series yet (a
+// labelled counter nothing has incremented is not gathered): 0 then.
+func ValueOr0(t testing.TB, g prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	v, _, _ := read(t, g, name, labels)
+	return v
+}
+
+// read sums the family's series carrying labels; registered says whether
+// the family was gathered, matched whether any series carried them.
+func read(t testing.TB, g prometheus.Gatherer, name string, labels []string) (v float64, registered, matched bool) {
+	t.Helper()
 	if len(labels)%2 != 0 {
-		t.Fatalf("promread.Value(%s): labels must be pairs, got %q", name, labels)
+		t.Fatalf("promread(%s): labels must be pairs, got %q", name, labels)
 	}
 	fams, err := g.Gather()
 	if err != nil {
@@ -27,20 +49,15 @@ func Value(t testing.TB, g prometheus.Gatherer, name string, labels ...string) f
 		if f.GetName() != name {
 			continue
 		}
-		sum, n := 0.0, 0
 		for _, m := range f.GetMetric() {
 			if has(m, labels) {
-				sum += value(m)
-				n++
+				v += value(m)
+				matched = true
 			}
 		}
-		if n == 0 {
-			t.Fatalf("metric %s has no series with labels %q", name, labels)
-		}
-		return sum
+		return v, true, matched
 	}
-	t.Fatalf("metric %s not registered", name)
-	return 0
+	return 0, false, false
 }
 
 func has(m *dto.Metric, labels []string) bool {

@@ -40,3 +40,19 @@ func TestValue(t *testing.T) {
 		}
 	}
 }
+
+func TestValueOr0(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "v_total", Help: "v"}, []string{"a"})
+	reg.MustRegister(v)
+	if got := promread.ValueOr0(t, reg, "v_total"); got != 0 {
+		t.Errorf("ValueOr0 of a counter with no series = %v, want 0", got)
+	}
+	v.WithLabelValues("x").Add(3)
+	if got := promread.ValueOr0(t, reg, "v_total"); got != 3 {
+		t.Errorf("ValueOr0 = %v, want 3", got)
+	}
+	if got := promread.ValueOr0(t, reg, "v_total", "a", "y"); got != 0 {
+		t.Errorf("ValueOr0 of a label value with no series = %v, want 0", got)
+	}
+}
