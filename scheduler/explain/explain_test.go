@@ -256,6 +256,25 @@ func TestHostsPerShowAndAllocation(t *testing.T) {
 	})
 }
 
+// oneShow seeds a managed show "alpha" subscribed to one allocation with
+// one 8-core host, and returns a function adding a job of one 2-frame
+// layer that the host fits (named name).
+func oneShow(t *testing.T, s *farmseed.Seeder) func(name string) {
+	t.Helper()
+	ctx := context.Background()
+	str, show, job := must[string](t), must[farmseed.Show](t), must[farmseed.Job](t)
+	fac := str(s.Facility(ctx, "f1"))
+	sh := show(s.Show(ctx, "alpha", true))
+	alloc := str(s.Alloc(ctx, fac, "f1.general", "general"))
+	str(s.Subscribe(ctx, sh, alloc, 100, 100))
+	str(s.Host(ctx, farmseed.HostSpec{Name: "cpu1", Alloc: alloc, AllocTag: "general", Cores: 8, MemKB: 32 * farmseed.GB}))
+	return func(name string) {
+		t.Helper()
+		job(s.Job(ctx, farmseed.JobSpec{Name: name, Show: sh, Facility: fac,
+			Layers: []farmseed.LayerSpec{{Name: "l", Tags: []string{"general"}, Frames: 2}}}))
+	}
+}
+
 // The count runs with JIT off: with PostgreSQL's default jit = on, the
 // planner's high estimate of the host counts had every call compiled and
 // optimised (2.7 to 5.3 s a call at 1,000 hosts, where the query takes
@@ -272,14 +291,7 @@ func TestCountIsNotJITCompiled(t *testing.T) {
 	if !available {
 		t.Skip("this PostgreSQL has no JIT")
 	}
-	str, show, job := must[string](t), must[farmseed.Show](t), must[farmseed.Job](t)
-	fac := str(s.Facility(ctx, "f1"))
-	sh := show(s.Show(ctx, "alpha", true))
-	alloc := str(s.Alloc(ctx, fac, "f1.general", "general"))
-	str(s.Subscribe(ctx, sh, alloc, 100, 100))
-	str(s.Host(ctx, farmseed.HostSpec{Name: "cpu1", Alloc: alloc, AllocTag: "general", Cores: 8, MemKB: 32 * farmseed.GB}))
-	job(s.Job(ctx, farmseed.JobSpec{Name: "j", Show: sh, Facility: fac,
-		Layers: []farmseed.LayerSpec{{Name: "l", Tags: []string{"general"}, Frames: 2}}}))
+	oneShow(t, s)("j")
 	var db string
 	if err := pool.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
 		t.Fatal(err)
@@ -330,16 +342,7 @@ func TestGaugeCountHasADeadline(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, s := newFarm(t)
-	str, show, job := must[string](t), must[farmseed.Show](t), must[farmseed.Job](t)
-	fac := str(s.Facility(ctx, "f1"))
-	sh := show(s.Show(ctx, "alpha", true))
-	alloc := str(s.Alloc(ctx, fac, "f1.general", "general"))
-	str(s.Subscribe(ctx, sh, alloc, 100, 100))
-	str(s.Host(ctx, farmseed.HostSpec{Name: "cpu1", Alloc: alloc, AllocTag: "general", Cores: 8, MemKB: 32 * farmseed.GB}))
-	add := func(name string) {
-		job(s.Job(ctx, farmseed.JobSpec{Name: name, Show: sh, Facility: fac,
-			Layers: []farmseed.LayerSpec{{Name: "l", Tags: []string{"general"}, Frames: 2}}}))
-	}
+	add := oneShow(t, s)
 	add("first")
 	var logs strings.Builder
 	reg := prometheus.NewRegistry()
