@@ -346,12 +346,14 @@ func (s *Sidecar) monitor(ctx context.Context, pool *pgxpool.Pool) {
 			s.m.lagBytes.Set(float64(slot.LagBytes))
 			s.m.retainedBytes.Set(float64(slot.RetainedBytes))
 			over := s.cfg.MaxRetainedWAL > 0 && slot.RetainedBytes > s.cfg.MaxRetainedWAL
-			s.m.retainedOver.Set(b2f(over))
+			// The WARN is written before the gauge flips, so whoever sees
+			// the gauge at 1 finds the line that explains it in the log.
 			if over && time.Since(lastWarn) >= time.Minute {
 				lastWarn = time.Now()
 				s.log.Warn("REPLICATION SLOT RETAINS TOO MUCH WAL: the sidecar is not keeping up or no sidecar streams; the database disk fills until the slot is consumed, dropped or invalidated (max_slot_wal_keep_size)",
 					"retained_bytes", slot.RetainedBytes, "limit_bytes", s.cfg.MaxRetainedWAL, "slot_active", slot.Active, "lag_bytes", slot.LagBytes, "wal_status", slot.WALStatus)
 			}
+			s.m.retainedOver.Set(b2f(over))
 		}
 	}
 }
