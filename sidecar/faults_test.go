@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -105,7 +106,7 @@ func (d *deleter) run() {
 		if !d.settle() {
 			continue
 		}
-		live := d.h.liveProcs()
+		live := slices.DeleteFunc(d.h.liveProcs(), func(p *procFx) bool { return p.private })
 		if len(live) < 60 {
 			if !d.rebook {
 				if len(live) == 0 {
@@ -188,6 +189,28 @@ func TestKill9FiftyTimes(t *testing.T) {
 	}
 }
 
+// TestUnsureBatchForgetsOnce: a proc deleted by the test and again, in an
+// unsure batch, by the deleter is taken out of the expectation once. It
+// was forgotten twice once (the deleter picked TestStandbyTakesOver's
+// probe), and assertExact then wanted fewer cores than Redis rightly held.
+func TestUnsureBatchForgetsOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	h.start(true).waitActive(t, 20*time.Second)
+	ps := h.book(h.a, 2)
+	h.del(ps[0])
+	d := &deleter{h: h}
+	if err := h.tryDel(h.ctx, ps...); err == nil {
+		t.Fatal("deleting a proc already gone reported no error")
+	}
+	d.unsure = ps
+	if !d.settle() {
+		t.Fatal("settle failed")
+	}
+	h.waitCheckpoint(h.walNow(), 20*time.Second)
+	h.assertExact()
+}
+
 // TestStandbyTakesOver: two sidecar processes on one slot; kill the active
 // one, the standby takes the slot over and releases flow again; totals exact.
 func TestStandbyTakesOver(t *testing.T) {
@@ -213,7 +236,7 @@ func TestStandbyTakesOver(t *testing.T) {
 			t.Fatalf("round %d: standby did not take the slot after the kill", round)
 		}
 		// A release committed now must reach Redis through the new owner.
-		probe := h.book(h.a, 1)[0]
+		probe := h.bookPrivate(h.a, 1)[0]
 		h.del(probe)
 		for {
 			n, err := h.rdb.Exists(h.ctx, publisher.ProcKey(probe.id)).Result()

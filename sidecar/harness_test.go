@@ -122,6 +122,9 @@ type procFx struct {
 	centi, gpus int64
 	inRedis     bool
 	keys        [5]string
+	// private: the test deletes it itself, so the deleter never picks it
+	// (both deleting it would forget it twice).
+	private bool
 }
 
 // harness is a Cuebot database with three shows (a and b scheduler-managed,
@@ -235,13 +238,24 @@ func (h *harness) show(name string, managed bool) *showFx {
 // proc rows), charging Redis first for managed shows as the scheduler does.
 func (h *harness) book(s *showFx, n int) []*procFx {
 	h.t.Helper()
+	return h.bookAs(s, n, false)
+}
+
+// bookPrivate books procs the deleter never picks: the test deletes them.
+func (h *harness) bookPrivate(s *showFx, n int) []*procFx {
+	h.t.Helper()
+	return h.bookAs(s, n, true)
+}
+
+func (h *harness) bookAs(s *showFx, n int, private bool) []*procFx {
+	h.t.Helper()
 	sizes := []int64{50, 100, 150, 250, 400}
 	out := make([]*procFx, n)
 	ids := make([]string, n)
 	centis := make([]int64, n)
 	gpuss := make([]int64, n)
 	for i := range out {
-		p := &procFx{id: uuid.NewString(), show: s, centi: sizes[rand.IntN(len(sizes))], gpus: int64(rand.IntN(2))}
+		p := &procFx{id: uuid.NewString(), show: s, centi: sizes[rand.IntN(len(sizes))], gpus: int64(rand.IntN(2)), private: private}
 		if s.managed {
 			b := publisher.Booking{ProcID: p.id, ShowID: s.rows.ShowID, AllocID: s.alloc, FolderID: s.rows.FolderID,
 				JobID: s.job, LayerID: s.layer, DeptID: s.rows.DeptID, Centicores: p.centi, GPUs: p.gpus}
@@ -305,6 +319,9 @@ func (h *harness) forget(ps ...*procFx) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, p := range ps {
+		if h.live[p.id] == nil {
+			continue // forgotten already: its release is counted once
+		}
 		delete(h.live, p.id)
 		h.released[p.id] = p
 		if p.inRedis && p.show.managed {
