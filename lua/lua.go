@@ -104,7 +104,9 @@
 // therefore not a separate path: negated deltas come from the record, never
 // from the caller. With an LSN argument the whole batch (one source
 // transaction of the sidecar) is applied only if the LSN is greater than the
-// stored checkpoint, which it then replaces, atomically.
+// stored checkpoint, which it then replaces, atomically. It publishes each
+// show it released a proc of, once, on the channel acct:released (a wake-up
+// hint for schedulers, not state: see scheduler/releases).
 //
 // Reconcile (reconcile.lua) aligns a bounded batch of one show's records with
 // a Postgres snapshot: it adopts procs the snapshot has and Redis does not

@@ -14,6 +14,12 @@
 -- Record keys (acct:proc:{id}, acct:tomb:{id}, acct:procs:{show}) are built
 -- here from the ids: single node / Sentinel only (see package lua).
 --
+-- Each show with a proc released here is published once on the channel
+-- acct:released (the message is the show id): a scheduler whose cluster of
+-- that show sleeps held back by a cap or burst looks again (package
+-- scheduler/releases). A notice is a hint, never state: one that is lost
+-- only leaves the cluster to its sleep.
+--
 -- Returns
 --   {1, released, already_released, never_booked}  applied
 --   {0, stored_lsn}                                 stale batch (LSN <= stored): nothing changed
@@ -40,6 +46,7 @@ if lsn ~= '' then
 end
 
 local released, dup, unknown = 0, 0, 0
+local shows, notify = {}, {}
 for i = 4, #ARGV do
   local id = ARGV[i]
   local rk = 'acct:proc:' .. id
@@ -69,6 +76,10 @@ for i = 4, #ARGV do
     end
     redis.call('DEL', rk)
     redis.call('SREM', 'acct:procs:' .. r[1], id)
+    if not shows[r[1]] then
+      shows[r[1]] = true
+      notify[#notify + 1] = r[1]
+    end
     redis.call('INCR', KEYS[1])
     released = released + 1
   elseif mode == 'release' and redis.call('EXISTS', tk) == 1 then
@@ -81,4 +92,5 @@ for i = 4, #ARGV do
   end
 end
 if lsn ~= '' then redis.call('SET', KEYS[2], lsn) end
+for _, sh in ipairs(notify) do redis.call('PUBLISH', 'acct:released', sh) end
 return {1, released, dup, unknown}

@@ -17,6 +17,9 @@ const (
 	// is valid at (see SaveSidecarState).
 	SidecarShowsKey = "acct:sidecar:shows"
 	procPrefix      = "acct:proc:"
+	// ReleasedChannel is the Pub/Sub channel release.lua publishes each
+	// show it released a proc of on (the message is the show id).
+	ReleasedChannel = "acct:released"
 	// ResvIndexKey is the set of host ids holding a firm reservation
 	// (scheduler/reservations).
 	ResvIndexKey = "acct:resv:index"

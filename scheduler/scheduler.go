@@ -28,6 +28,7 @@ import (
 	"github.com/cuesched/cuesched/scheduler/jobs"
 	"github.com/cuesched/cuesched/scheduler/matcher"
 	"github.com/cuesched/cuesched/scheduler/memsize"
+	"github.com/cuesched/cuesched/scheduler/releases"
 	"github.com/cuesched/cuesched/scheduler/reservations"
 	"github.com/cuesched/cuesched/scheduler/rqdclient"
 	"github.com/cuesched/cuesched/scheduler/shard"
@@ -422,6 +423,16 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		s.loops = append(s.loops, g.Run)
 	}
 
+	var released loop.Releases
+	if iv := q.ClusterReleaseWakeMin.D(); iv > 0 {
+		// Work held back by a cap or burst is looked at again when the
+		// sidecar releases the show's procs (package releases).
+		b := releases.New(iv, d.Registerer)
+		pub := s.Publisher
+		s.loops = append(s.loops, func(ctx context.Context) error { return b.Run(ctx, pub.WatchReleases) })
+		released = b
+	}
+
 	s.Loop = loop.New(s.pool, s.Feed, s.Matcher, loop.Config{
 		ClusterBuffer: q.Stream.ClusterBufferSize, JobBuffer: q.Stream.JobBufferSize, MaxJobsPerPass: q.MaxJobsPerClusterPass,
 		CoreUnit: int(unit), AgeRelief: q.PriorityAgeRelief.D(),
@@ -430,7 +441,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		Live:            accounting.Live{RDB: s.rdb},
 		PassTimeout:     q.PassTimeout.D(),
 		ErrorBackoffMin: q.ClusterErrorBackoffMin.D(), ErrorBackoffMax: q.ClusterErrorBackoffMax.D(),
-	}, loop.Options{Logger: log, Registerer: d.Registerer, Gate: loop.AllGates(gates), Capacity: capacity, Booked: booked})
+	}, loop.Options{Logger: log, Registerer: d.Registerer, Gate: loop.AllGates(gates), Capacity: capacity, Releases: released, Booked: booked})
 
 	if d.Health != nil {
 		d.Health.SetCheck("scheduler", func() error {

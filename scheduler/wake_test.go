@@ -9,6 +9,8 @@ import (
 	"github.com/cuesched/cuesched/scheduler/clusters"
 	"github.com/cuesched/cuesched/shared/config"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
@@ -158,5 +160,89 @@ func TestFreedCapacityWakesOnlyItsCluster(t *testing.T) {
 	}
 	if _, nb := procOf(layerB); nb != 1 {
 		t.Fatalf("layer b has %d procs", nb)
+	}
+}
+
+// A cluster whose waiting work is held back by a cap wakes when its show's
+// procs are released (the sidecar's release script publishes the show):
+// a 1-core job cap, three 1-core frames on an 8-core host, a saturated
+// sleep and layer backoffs of an hour. The first frame books, the next
+// pass finds the job at its cap and sleeps. Cuebot's unbook of the proc
+// and the sidecar's release (publisher.Release, the same script) give the
+// cap its core back: only the release wake-up can book the second frame
+// before the hour is out, whatever the machine's speed.
+func TestReleaseWakesCappedCluster(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := newWorld(t, 0)
+	if _, err := w.seed.Host(ctx, farmseed.HostSpec{Name: "h", Alloc: w.alloc, AllocTag: "general", Cores: 8}); err != nil {
+		t.Fatal(err)
+	}
+	job, err := w.seed.Job(ctx, farmseed.JobSpec{Name: "capped", Show: w.show, Facility: w.facility, MaxCores: 1,
+		Layers: []farmseed.LayerSpec{{Name: "l", Tags: []string{"general"}, Frames: 3, NotThreadable: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := farmseed.SeedAccounting(ctx, w.pool, w.pub, w.show.ID); err != nil {
+		t.Fatal(err)
+	}
+	layer := job.Layers[0].ID
+
+	cfg := testConfig(w)
+	cfg.Queue.ClusterSaturatedSleep = config.Duration(time.Hour)
+	cfg.Queue.LayerBackoffMin = config.Duration(time.Hour)
+	cfg.Queue.LayerBackoffMax = config.Duration(time.Hour)
+	cfg.Queue.ActiveScanInterval = config.Duration(50 * time.Millisecond)
+	cfg.Queue.ClusterReleaseWakeMin = config.Duration(20 * time.Millisecond)
+	reg := prometheus.NewRegistry()
+	s := w.scheduler(t, cfg, scheduler.Deps{NoAccounting: true, Registerer: reg}, true)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	procs := func() []string {
+		t.Helper()
+		var ids []string
+		if err := w.pool.QueryRow(ctx, `SELECT COALESCE(array_agg(pk_proc), '{}') FROM proc WHERE pk_layer = $1`, layer).Scan(&ids); err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	capped := func() float64 { return promread.ValueOr0(t, reg, "scheduler_passes_total", "reason", "capped") }
+	deadline := time.Now().Add(testenv.Patience(20 * time.Second))
+	for len(procs()) != 1 || capped() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("setup: procs %v, capped passes %v", procs(), capped())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	first := procs()[0]
+	if _, err := w.pool.Exec(ctx, `
+		WITH p AS (DELETE FROM proc WHERE pk_proc = $1 RETURNING pk_host, int_cores_reserved, int_mem_reserved)
+		UPDATE host h SET int_cores_idle = h.int_cores_idle + p.int_cores_reserved, int_mem_idle = h.int_mem_idle + p.int_mem_reserved
+		  FROM p WHERE h.pk_host = p.pk_host`, first); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if r, err := w.pub.Release(ctx, first); err != nil || r.Released != 1 {
+		t.Fatalf("release: %+v, %v", r, err)
+	}
+	for {
+		if ids := procs(); len(ids) == 1 && ids[0] != first {
+			break
+		}
+		if time.Since(start) > testenv.Patience(20*time.Second) {
+			t.Fatalf("the capped job was not booked again after its proc's release (the sleep is an hour: only the release wake-up can); procs %v", procs())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("capped job booked again %s after its proc's release", time.Since(start).Round(time.Millisecond))
+	if n := promread.ValueOr0(t, reg, "scheduler_release_notices_total"); n < 1 {
+		t.Errorf("scheduler_release_notices_total = %v after a release", n)
 	}
 }

@@ -78,6 +78,17 @@ type Capacity interface {
 	Changed() <-chan struct{}
 }
 
+// Releases tells the pipeline when a show's procs are released
+// (scheduler/releases): the headroom of work held back by a cap or burst.
+type Releases interface {
+	// Watch returns a watch that moves at a release of show's procs after
+	// it was taken (no sooner than the Board's minimum).
+	Watch(show string) clusters.Watch
+	// Changed returns a channel closed when a watch may have moved; take
+	// a new one after every wake-up.
+	Changed() <-chan struct{}
+}
+
 // Worker is what works the jobs of a pass (matcher.Matcher).
 type Worker interface {
 	ProcessInTurn(ctx context.Context, c *clusters.Cluster, job jobs.Job, turn matcher.Turn) (matcher.Outcome, error)
@@ -135,6 +146,10 @@ type Options struct {
 	// Capacity, if set, cuts a saturated cluster's sleep short when hosts
 	// of its groups gain capacity for a layer that missed there.
 	Capacity Capacity
+	// Releases, if set, cuts short the sleep of a cluster whose work is
+	// held back by a cap or burst (reasons capped and alloc_full) when
+	// its show's procs are released.
+	Releases Releases
 	// Booked, if set, runs after a pass that dispatched frames, before the
 	// cluster goes back to the feed (the show tiers re-read the show's
 	// usage there, so its next rank includes what it just booked).
@@ -149,6 +164,7 @@ type Loop struct {
 	cfg      Config
 	gate     Gate
 	capacity Capacity
+	releases Releases
 	booked   func(ctx context.Context, c *clusters.Cluster)
 	log      hclog.Logger
 	m        *metrics
@@ -208,7 +224,7 @@ func New(db jobs.DB, feed *clusters.Feed, worker Worker, cfg Config, o Options) 
 	if seed == 0 {
 		seed = time.Now().UnixNano()
 	}
-	return &Loop{db: db, feed: feed, worker: worker, cfg: cfg, gate: o.Gate, capacity: o.Capacity, booked: o.Booked, log: log.Named("pipeline"), m: newMetrics(o.Registerer),
+	return &Loop{db: db, feed: feed, worker: worker, cfg: cfg, gate: o.Gate, capacity: o.Capacity, releases: o.Releases, booked: o.Booked, log: log.Named("pipeline"), m: newMetrics(o.Registerer),
 		draws: rand.New(rand.NewSource(seed)), working: map[string]map[string]int{}}
 }
 
@@ -272,7 +288,14 @@ func (p *Loop) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.forwardWakeups(ctx)
+			p.forwardWakeups(ctx, p.capacity.Changed)
+		}()
+	}
+	if p.releases != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.forwardWakeups(ctx, p.releases.Changed)
 		}()
 	}
 	for i := 0; i < p.cfg.ClusterBuffer; i++ {
@@ -286,11 +309,12 @@ func (p *Loop) Run(ctx context.Context) error {
 	return nil
 }
 
-// forwardWakeups pokes the feed at every capacity change, so workers
-// waiting for a cluster look at the sleeping clusters' watches.
-func (p *Loop) forwardWakeups(ctx context.Context) {
+// forwardWakeups pokes the feed at every change changed reports (host
+// capacity, releases), so workers waiting for a cluster look at the
+// sleeping clusters' watches.
+func (p *Loop) forwardWakeups(ctx context.Context, changed func() <-chan struct{}) {
 	for {
-		ch := p.capacity.Changed()
+		ch := changed()
 		select {
 		case <-ctx.Done():
 			return
@@ -437,9 +461,12 @@ func (p *Loop) Pass(ctx context.Context, c *clusters.Cluster) PassResult {
 }
 
 func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
-	var wake clusters.Watch
+	var wake, released clusters.Watch
 	if p.capacity != nil {
 		wake = p.capacity.Watch(c)
+	}
+	if p.releases != nil {
+		released = p.releases.Watch(c.ShowID)
 	}
 	start := time.Now()
 	pq := jobs.PendingQuery{
@@ -473,7 +500,8 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	}
 	if len(js) == 0 {
 		// Work held back only by a burst or a cap gets its headroom back
-		// as frames end, which wakes nothing: look again soon.
+		// as the show's frames end: look again at the next release of the
+		// show's procs (Releases), or after the saturated sleep.
 		capped, err := jobs.Capped(ctx, p.db, pq)
 		switch {
 		case err != nil && ctx.Err() != nil:
@@ -483,7 +511,7 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 			p.m.errors.WithLabelValues("job_query").Inc()
 			return PassResult{Reason: QueryError}
 		case capped:
-			return PassResult{Reason: Capped, Sleep: p.cfg.SaturatedSleep}
+			return PassResult{Reason: Capped, Sleep: p.cfg.SaturatedSleep, Wake: released}
 		}
 		return PassResult{Reason: NoJobs, Sleep: p.cfg.EmptySleep}
 	}
@@ -615,14 +643,46 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 		res.Reason = Failed
 	case allocFull:
 		// Its headroom comes back as the show's frames end, which only
-		// Redis sees (no WAL event wakes the cluster): the short sleep.
-		res.Reason, res.Sleep = AllocFull, p.cfg.SaturatedSleep
+		// Redis sees (no WAL event wakes the cluster): the next release
+		// of the show's procs, or the saturated sleep.
+		res.Reason, res.Sleep, res.Wake = AllocFull, p.cfg.SaturatedSleep, released
 	case total == 0:
-		res.Reason, res.Sleep, res.Wake = Saturated, p.cfg.SaturatedSleep, wake
+		// Hosts gaining capacity, or the show's procs released (a job
+		// the pending query left out at its cap gets headroom back).
+		res.Reason, res.Sleep, res.Wake = Saturated, p.cfg.SaturatedSleep, anyWatch(wake, released)
 	default:
 		res.Reason = Booked
 	}
 	return res
+}
+
+// anyWatch moves when one of ws moves; nil entries are left out, and none
+// left is nil (only the time ends the sleep).
+func anyWatch(ws ...clusters.Watch) clusters.Watch {
+	var out watches
+	for _, w := range ws {
+		if w != nil {
+			out = append(out, w)
+		}
+	}
+	switch len(out) {
+	case 0:
+		return nil
+	case 1:
+		return out[0]
+	}
+	return out
+}
+
+type watches []clusters.Watch
+
+func (ws watches) Moved() bool {
+	for _, w := range ws {
+		if w.Moved() {
+			return true
+		}
+	}
+	return false
 }
 
 // AllGates waits on every gate in turn (nil when there is none).

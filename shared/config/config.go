@@ -163,6 +163,11 @@ type Queue struct {
 	MemoryStrandedThreshold Size     `yaml:"memory_stranded_threshold"`
 	ClusterEmptySleep       Duration `yaml:"cluster_empty_sleep"`
 	ClusterSaturatedSleep   Duration `yaml:"cluster_saturated_sleep"`
+	// ClusterReleaseWakeMin: a cluster sleeping because its work is held
+	// back by a cap or burst wakes at the next release of its show's procs
+	// (the sidecar's notice), but no sooner than this after its pass
+	// (scheduler/releases). 0: no release wake-ups (the saturated sleep).
+	ClusterReleaseWakeMin Duration `yaml:"cluster_release_wake_min"`
 	// PassTimeout bounds one pass of a cluster (its job query, its jobs'
 	// layer queries and batches): a pass stuck on the database ends, and
 	// its worker takes the next cluster.
@@ -466,6 +471,7 @@ func Default() Config {
 			MemoryStrandedThreshold:       2 * GiB,
 			ClusterEmptySleep:             Duration(30 * time.Second),
 			ClusterSaturatedSleep:         Duration(5 * time.Second),
+			ClusterReleaseWakeMin:         Duration(250 * time.Millisecond),
 			PassTimeout:                   Duration(2 * time.Minute),
 			ClusterErrorBackoffMin:        Duration(200 * time.Millisecond),
 			ClusterErrorBackoffMax:        Duration(time.Second),

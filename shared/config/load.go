@@ -276,6 +276,9 @@ func (c Config) Validate() error {
 			return bad(k, "must be a positive duration")
 		}
 	}
+	if c.Queue.ClusterReleaseWakeMin < 0 {
+		return bad("queue.cluster_release_wake_min", "must not be negative (0 turns release wake-ups off)")
+	}
 	if c.Database.StatementTimeout < 0 {
 		return bad("database.statement_timeout", "must not be negative (0 keeps the server's setting)")
 	}
