@@ -36,6 +36,8 @@ func Scenarios() []Scenario {
 		{Name: "SOLOFILL", Description: "a one-layer job and a 50-layer job of equal size and priority: the one-layer job holds >= 50% of the other's running frames.",
 			Variants: []Variant{noJobBudget}, Run: runSoloFill},
 		{Name: "JOBCAP", Description: "a job capped at 10 cores in a busy farm: its use reaches the cap and never books past it.", Fast: true, Run: runJobCap},
+		{Name: "CAPREFILL", Description: "a job capped at 8 cores of one-core frames running 4-8 s, on a farm with room for many more, under the product's pacing (cluster_saturated_sleep 5 s, layer backoffs 1-30 s): once at its cap, its mean use >= 0.8x the cap over 40 s (a cap's headroom comes back when one of its frames ends; the sidecar's release notice wakes the capped cluster); beside the same run without release wake-ups (queue.cluster_release_wake_min 0).",
+			Run: runCapRefill, Variants: []Variant{{Name: "no release wake-ups", Config: func(c *config.Config) { c.Queue.ClusterReleaseWakeMin = 0 }}}},
 		{Name: "FOLDER", Description: "a folder capped at 12 cores holding two jobs: their sum reaches the cap and never books past it.", Run: runFolderCap},
 		{Name: "LIMIT", Description: "a limit_record of 6 shared by two jobs' layers: running frames reach 6 and never book past it.", Fast: true, Run: runLimit},
 		{Name: "LICENSE_DENIED", Description: "a limit whose licence server denies half the launches (exit 42), on a job of int_max_retries 1: with 42 named as the limit's denial status, denied frames run again without spending a retry and none ends DEAD; beside the same run without it.",
@@ -562,6 +564,63 @@ func runJobCap(ctx context.Context, w *World) error {
 	return w.capScenario(ctx, "job", 10, func() float64 {
 		return float64(w.Int(ctx, `SELECT COALESCE(sum(int_cores_reserved),0)::bigint / 100 FROM proc WHERE pk_job = $1`, capped.ID))
 	})
+}
+
+// runCapRefill: the capped job's use, sampled once it first reaches its
+// cap, over a window of 40 s of frames of 4-8 s. Only the cap binds (the
+// farm has six times its cores and no other work), so every idle slot of
+// the cap is pacing: before release wake-ups, the capped cluster slept
+// cluster_saturated_sleep (5 s) after each pass that found its job at the
+// cap.
+func runCapRefill(ctx context.Context, w *World) error {
+	w.Configure(func(c *config.Config) {
+		d := config.Default().Queue
+		c.Queue.ClusterEmptySleep, c.Queue.ClusterSaturatedSleep = d.ClusterEmptySleep, d.ClusterSaturatedSleep
+		c.Queue.ActiveScanInterval = d.ActiveScanInterval
+		c.Queue.LayerBackoffMin, c.Queue.LayerBackoffMax = d.LayerBackoffMin, d.LayerBackoffMax
+	})
+	const limit = 8
+	f, err := w.basicFarm(ctx, w.Opts.scale(6), 8)
+	if err != nil {
+		return err
+	}
+	w.RunTimes(4*time.Second, 8*time.Second)
+	capped, err := w.Seed.Job(ctx, farmseed.JobSpec{Name: "capped", Show: f.show, Facility: w.Facility, Priority: 90, MaxCores: limit,
+		Layers: []farmseed.LayerSpec{oneCore("render", 400)}})
+	if err != nil {
+		return err
+	}
+	if err := w.Start(ctx, 0); err != nil {
+		return err
+	}
+	use := func(ctx context.Context) float64 {
+		return float64(w.Int(ctx, `SELECT COALESCE(sum(int_cores_reserved),0)::bigint / 100 FROM proc WHERE pk_job = $1`, capped.ID))
+	}
+	if !w.WaitFor(ctx, w.Patient(60*time.Second), func() bool { return use(ctx) >= limit }) {
+		w.Metric("job reached its cap", 0, Equal, 1, "")
+		return nil
+	}
+	var sum, peak float64
+	var n int
+	w.Sample(func(ctx context.Context, _ float64) {
+		u := use(ctx)
+		sum += u
+		n++
+		peak = max(peak, u)
+	})
+	if err := Sleep(ctx, 40*time.Second); err != nil {
+		return err
+	}
+	w.StopSampling()
+	w.Metric("job reached its cap", 1, Equal, 1, "")
+	mean := 0.0
+	if n > 0 {
+		mean = sum / float64(n) / limit
+	}
+	w.Metric("mean use at the cap / cap", mean, AtLeast, 0.8, "")
+	w.Metric("peak use", peak, AtMost, limit, "cores")
+	w.Note("%d samples over 40 s", n)
+	return nil
 }
 
 func runFolderCap(ctx context.Context, w *World) error {
