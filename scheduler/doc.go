@@ -38,7 +38,9 @@
 //	(8) runframe,  the RunFrame Cuebot would send (framespec: command
 //	   rqdclient  tokens, environment), over gRPC to the host's RQD.
 //	(9) (sidecar)  when Cuebot deletes the proc at completion, the sidecar
-//	              next to it releases the booking in Redis exactly once.
+//	              next to it releases the booking in Redis exactly once;
+//	              the release script's notice (releases) wakes the show's
+//	              clusters held back by a cap or burst, back at (1).
 //
 // shard, with scheduler.work_split, splits the clusters between the live
 // instances on PostgreSQL advisory locks (a lease renewed every step) and
