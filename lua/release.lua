@@ -18,7 +18,8 @@
 -- acct:released (the message is the show id): a scheduler whose cluster of
 -- that show sleeps held back by a cap or burst looks again (package
 -- scheduler/releases). A notice is a hint, never state: one that is lost
--- only leaves the cluster to its sleep.
+-- (or refused: a user without the channel) only leaves the cluster to its
+-- sleep, and never fails the release.
 --
 -- Returns
 --   {1, released, already_released, never_booked}  applied
@@ -92,5 +93,7 @@ for i = 4, #ARGV do
   end
 end
 if lsn ~= '' then redis.call('SET', KEYS[2], lsn) end
-for _, sh in ipairs(notify) do redis.call('PUBLISH', 'acct:released', sh) end
+-- pcall: an ACL user without the channel (Redis 7 users start with
+-- resetchannels) gets no notices, but its releases still apply.
+for _, sh in ipairs(notify) do redis.pcall('PUBLISH', 'acct:released', sh) end
 return {1, released, dup, unknown}

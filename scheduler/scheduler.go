@@ -428,6 +428,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 		// Work held back by a cap or burst is looked at again when the
 		// sidecar releases the show's procs (package releases).
 		b := releases.New(iv, d.Registerer)
+		b.Log = log.Named("releases")
 		pub := s.Publisher
 		s.loops = append(s.loops, func(ctx context.Context) error { return b.Run(ctx, pub.WatchReleases) })
 		released = b

@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuesched/cuesched/scheduler/clusters"
@@ -29,6 +30,9 @@ import (
 
 // Board holds a release generation per show.
 type Board struct {
+	// Log gets Run's warnings (New sets a null logger).
+	Log hclog.Logger
+
 	min time.Duration
 	now func() time.Time
 
@@ -47,7 +51,7 @@ type Board struct {
 // New returns a Board whose watches move no sooner than min after they
 // were taken (min > 0).
 func New(min time.Duration, reg prometheus.Registerer) *Board {
-	b := &Board{min: min, now: time.Now, gens: map[string]*atomic.Uint64{}, changed: make(chan struct{}),
+	b := &Board{Log: hclog.NewNullLogger(), min: min, now: time.Now, gens: map[string]*atomic.Uint64{}, changed: make(chan struct{}),
 		notices: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "scheduler_release_notices_total",
 			Help: "Release notices received from the accounting store (a show had procs released); each may wake that show's clusters held back by a cap or burst.",
@@ -59,14 +63,24 @@ func New(min time.Duration, reg prometheus.Registerer) *Board {
 }
 
 // Run feeds the Board from watch (publisher.WatchReleases) until ctx ends,
-// subscribing again after an error.
+// subscribing again after an error (1 s, doubling up to a minute; each
+// failure is a warning: clusters then wait out their sleeps).
 func (b *Board) Run(ctx context.Context, watch func(ctx context.Context, fn func(show string)) error) error {
+	backoff := time.Second
 	for ctx.Err() == nil {
-		_ = watch(ctx, b.Bump)
+		err := watch(ctx, b.Bump)
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			b.Log.Warn("no release notices: a cluster held back by a cap or burst waits out queue.cluster_saturated_sleep; retrying",
+				"error", err, "retry_in", backoff)
+		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Second):
+		case <-time.After(backoff):
 		}
+		backoff = min(2*backoff, time.Minute)
 	}
 	b.mu.Lock()
 	if b.timer != nil {
