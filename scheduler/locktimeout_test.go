@@ -96,15 +96,7 @@ func lockedShowLeavesOthersBooking(t *testing.T, mod func(*config.Config)) {
 		t.Fatal(err)
 	}
 	s := productionPoolScheduler(t, cfg)
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(rctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runUntilEnd(t, s)
 
 	// Wait until the only worker is stuck behind the lock...
 	deadline := time.Now().Add(testenv.Patience(30 * time.Second))

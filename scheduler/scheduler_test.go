@@ -123,6 +123,21 @@ func (w *world) scheduler(t *testing.T, cfg config.Config, d scheduler.Deps, rea
 	return s
 }
 
+// runUntilEnd runs s until the test ends, then stops it and checks Run's
+// error (before the cleanups that close what it uses).
+func runUntilEnd(t *testing.T, s *scheduler.Scheduler) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
 func allocCluster(w *world) *clusters.Cluster {
 	return clusters.New(w.facility, w.show.ID, []clusters.Tag{{Name: "general", Type: clusters.Alloc, AllocID: w.alloc}})
 }
@@ -227,15 +242,7 @@ func TestRunWaitsForTheGate(t *testing.T) {
 	cfg.Queue.ActiveScanInterval = config.Duration(20 * time.Millisecond)
 	gate := &countingGate{}
 	s := w.scheduler(t, cfg, scheduler.Deps{NoAccounting: true, Gate: gate})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runUntilEnd(t, s)
 	count := func() int64 {
 		var n int64
 		if err := w.pool.QueryRow(context.Background(), `SELECT count(*) FROM proc`).Scan(&n); err != nil {

@@ -61,15 +61,7 @@ func TestFreedCapacityWakesOnlyItsCluster(t *testing.T) {
 	cfg.Queue.LayerBackoffMax = config.Duration(time.Hour)
 	cfg.Queue.ActiveScanInterval = config.Duration(50 * time.Millisecond)
 	s := w.scheduler(t, cfg, scheduler.Deps{NoAccounting: true}, true)
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(rctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runUntilEnd(t, s)
 
 	procOf := func(layer string) (string, int) {
 		t.Helper()
@@ -196,15 +188,7 @@ func TestReleaseWakesCappedCluster(t *testing.T) {
 	cfg.Queue.ClusterReleaseWakeMin = config.Duration(20 * time.Millisecond)
 	reg := prometheus.NewRegistry()
 	s := w.scheduler(t, cfg, scheduler.Deps{NoAccounting: true, Registerer: reg}, true)
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(rctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runUntilEnd(t, s)
 	procs := func() []string {
 		t.Helper()
 		var ids []string

@@ -68,16 +68,8 @@ func metric(t *testing.T, reg *prometheus.Registry, name string, want map[string
 // (host cache snapshot, Redis bootstrapped by its accounting leader).
 func runScheduler(t *testing.T, s *scheduler.Scheduler) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	wctx, wcancel := context.WithTimeout(ctx, testenv.Patience(20*time.Second))
+	runUntilEnd(t, s)
+	wctx, wcancel := context.WithTimeout(context.Background(), testenv.Patience(20*time.Second))
 	defer wcancel()
 	if err := s.HostCache.WaitReady(wctx); err != nil {
 		t.Fatalf("host cache not ready: %v", err)
