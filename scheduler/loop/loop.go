@@ -147,8 +147,9 @@ type Options struct {
 	// of its groups gain capacity for a layer that missed there.
 	Capacity Capacity
 	// Releases, if set, cuts short the sleep of a cluster whose work is
-	// held back by a cap or burst (reasons capped and alloc_full) when
-	// its show's procs are released.
+	// held back by a cap or burst (reasons capped and alloc_full; also
+	// saturated, beside Capacity: the pending query leaves out jobs at
+	// their cap) when its show's procs are released.
 	Releases Releases
 	// Booked, if set, runs after a pass that dispatched frames, before the
 	// cluster goes back to the feed (the show tiers re-read the show's
