@@ -24,6 +24,7 @@ type fixture struct {
 	rdb redis.UniversalClient
 	pub *publisher.Publisher
 	reg *prometheus.Registry
+	url string // the Redis database's URL
 }
 
 func newFixture(t *testing.T, opts publisher.Options) *fixture {
@@ -59,7 +60,7 @@ func newFixtureAt(t *testing.T, url string, opts publisher.Options) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, ctx: context.Background(), rdb: rdb, pub: pub, reg: reg}
+	f := &fixture{t: t, ctx: context.Background(), rdb: rdb, pub: pub, reg: reg, url: url}
 	return f
 }
 

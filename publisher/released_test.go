@@ -14,13 +14,7 @@ import (
 // without the channel (Redis 7 users start with resetchannels) still
 // releases, gets no notice, and has its subscription refused with an error.
 func TestReleaseNotices(t *testing.T) {
-	t.Parallel()
-	rd, err := testenv.StartRedis(context.Background(), testenv.RedisOptions{Databases: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rd.Stop)
-	f := newFixtureAt(t, rd.URL(0), publisher.Options{})
+	f := newPrivateFixture(t, publisher.Options{})
 	f.seedShow()
 	ctx, cancel := context.WithCancel(f.ctx)
 	defer cancel()
@@ -51,7 +45,7 @@ func TestReleaseNotices(t *testing.T) {
 	if err := f.rdb.Do(f.ctx, "ACL", "SETUSER", "nochan", "on", ">pw", "~*", "+@all", "resetchannels").Err(); err != nil {
 		t.Fatal(err)
 	}
-	u := newFixtureAt(t, strings.Replace(rd.URL(0), "redis://", "redis://nochan:pw@", 1), publisher.Options{})
+	u := newFixtureAt(t, strings.Replace(f.url, "redis://", "redis://nochan:pw@", 1), publisher.Options{})
 	other := booking("p3", 100)
 	other.ShowID = "T"
 	if _, err := u.pub.ForceBook(u.ctx, other); err != nil {
