@@ -4,7 +4,14 @@
 
 GO        ?= go
 PKGS      ?= ./...
-TEST_FLAGS ?= -race -count=1 -timeout 20m
+# RACE is the race detector's flag (empty turns it off everywhere). Vet and
+# staticcheck build with it too, so their compiled packages are the ones
+# the tests link: on a cold machine that saves about a third of the build.
+RACE      ?= -race
+# -p 4: most test binaries wait on farms (Postgres, Redis, timers) more
+# than they compute, so four run at once on 2 cores (the suite must pass
+# on a loaded machine anyway: make stress).
+TEST_FLAGS ?= $(RACE) -count=1 -p 4 -timeout 20m
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 REVISION  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.revision=$(REVISION)
@@ -80,8 +87,8 @@ faults: deps
 # module proxy by scripts/staticcheck.sh). `make test` runs it first.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet $(PKGS)
-	bash scripts/staticcheck.sh $(PKGS)
+	$(GO) vet $(RACE) $(PKGS)
+	STATICCHECK_GOFLAGS='$(RACE)' bash scripts/staticcheck.sh $(PKGS)
 
 proto:
 	bash proto/generate.sh
