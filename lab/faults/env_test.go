@@ -50,9 +50,9 @@ type envOpts struct {
 	NoCapSampling bool
 	// RedisOverCountOK skips the sampler's Redis cap check (Postgres' and
 	// the sign checks remain): a Redis rolled back to an older snapshot
-	// holds records of procs released since, which the re-bootstrap keeps
-	// for the in-flight grace, so its counters over-count (refusing
-	// bookings, never over-booking) until the recompute drops them.
+	// holds records of procs released since, so its counters over-count
+	// (refusing bookings, never over-booking) until the re-bootstrap or
+	// its follow-up reconcile drops them.
 	RedisOverCountOK bool
 	// UnmanagedTouched: a show left to Cuebot at the start may be
 	// dispatched (a test flips it to the scheduler).

@@ -42,8 +42,13 @@
 //     is therefore never erased; a leak of a dispatcher that died or was
 //     cut between the script and its COMMIT, or of a primary promoted away,
 //     is dropped by the next recompute or re-bootstrap, and any other leak
-//     (a release that never arrived, a Redis restored from an older
-//     snapshot, a pooler hiding the backend) after the grace. Each batch
+//     (a release that never arrived, a pooler hiding the backend) after
+//     the grace. A Redis restored from an older snapshot brings back
+//     records of procs released since, whose pooled backends live on: every
+//     instance that sees the rollback, or acct:epoch gone, closes its
+//     pool's connections once (gate.go, recycleConnections), so those
+//     backends go and the re-bootstrap or its follow-up reconcile drops the
+//     records, not the grace. Each batch
 //     refuses to run once
 //     its snapshot is older than half the tombstone TTL, so a tombstone it
 //     must see cannot have expired;

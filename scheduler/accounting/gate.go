@@ -108,6 +108,7 @@ func (s *Service) checkEpoch(ctx context.Context) string {
 		return ""
 	case st.Epoch == "":
 		s.setGate(false, "accounting: Redis empty (restarted?), waiting for the bootstrap")
+		s.recycleConnections("acct:epoch is gone (Redis restarted, or another instance found it rolled back)")
 		return ""
 	}
 	if why, kind := s.checkLineage(st, hw, term); why != "" {
@@ -220,6 +221,7 @@ func (s *Service) rolledBack(ctx context.Context, st publisher.State, kind, why 
 	s.rollbacks++
 	s.setGateLocked(false, "accounting: Redis state rolled back, waiting for the re-bootstrap: "+why)
 	s.gateMu.Unlock()
+	s.recycleConnections("Redis state rolled back")
 	done, shows, err := s.pub.Invalidate(ctx, st.Epoch)
 	switch {
 	case err != nil:
@@ -231,6 +233,32 @@ func (s *Service) rolledBack(ctx context.Context, st publisher.State, kind, why 
 	default:
 		s.log.Info("accounting state rolled back, but it was re-bootstrapped meanwhile", "reason", why)
 	}
+}
+
+// recycleConnections closes every connection of the pool (one a dispatch
+// holds when it is returned, so after that dispatch's transactions ended),
+// once per epoch this instance booked under, when that epoch is lost: Redis
+// rolled back or emptied. A Redis restored from an older snapshot holds
+// records of procs released since; each names the backend its booking ran
+// on, and a pooled backend lives on, so the reconcile could only drop them
+// after the in-flight grace, holding their shows' caps meanwhile. Once the
+// backend is gone its transaction has provably ended, so the re-bootstrap
+// (or its follow-up reconcile, FlipSettle later, for backends that ended
+// after its snapshot or of other instances) drops them instead. The only
+// cost is reconnecting the pool.
+func (s *Service) recycleConnections(why string) {
+	s.lineageMu.Lock()
+	epoch := s.known
+	if epoch == "" || s.recycled == epoch {
+		s.lineageMu.Unlock()
+		return
+	}
+	s.recycled = epoch
+	s.lineageMu.Unlock()
+	s.st.pool.Reset()
+	s.m.recycles.Inc()
+	s.log.Info("closed this instance's database connections: a booking record naming one of their backends is dropped once that backend is gone, not after the in-flight grace",
+		"reason", why, "epoch", epoch)
 }
 
 // CheckIdentity returns a *publisher.IdentityMismatchError when the

@@ -21,6 +21,7 @@ type metrics struct {
 	paused            prometheus.Gauge
 	bootstraps        prometheus.Counter
 	rollbacks         *prometheus.CounterVec
+	recycles          prometheus.Counter
 	foreign           prometheus.Gauge
 }
 
@@ -82,6 +83,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "scheduler_accounting_rollbacks_detected_total",
 			Help: "Times this instance found the Redis accounting state rolled back and closed it for booking until the re-bootstrap: kind seq (acct:seq below what it saw acknowledged under the same epoch) or epoch (an epoch older than the one it knew).",
 		}, []string{"kind"}),
+		recycles: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scheduler_accounting_connections_recycled_total",
+			Help: "Times this instance closed its database connections because the epoch it booked under was lost (Redis rolled back or emptied), so booking records naming their backends are dropped once those are gone, not after the in-flight grace.",
+		}),
 		foreign: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "scheduler_accounting_identity_mismatch",
 			Help: "1 while the accounting Redis is bound to another database (acct:identity): booking and every accounting loop refuse it.",
@@ -109,7 +114,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.paused.Set(1)
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.recomputeCycles, m.recomputeRetries, m.recomputeDuration, m.reseedCycles,
-			m.reseedDuration, m.drift, m.records, m.pgRows, m.leader, m.unseeded, m.unattended, m.paused, m.bootstraps, m.rollbacks, m.foreign} {
+			m.reseedDuration, m.drift, m.records, m.pgRows, m.leader, m.unseeded, m.unattended, m.paused, m.bootstraps, m.rollbacks, m.recycles, m.foreign} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -105,6 +105,9 @@ type Service struct {
 	lineageMu sync.Mutex
 	known     string
 	knownGen  int64
+	// recycled is the known epoch this instance last closed its database
+	// connections for (recycleConnections): once per lost epoch.
+	recycled string
 
 	isLeader atomic.Bool
 	terms    atomic.Int64 // leadership terms started by this instance
