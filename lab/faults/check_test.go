@@ -15,11 +15,10 @@ import (
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
-// inFlightGrace is the accounting recompute's default in-flight grace
-// (scheduler/accounting Config.InFlightGrace), which the scheduler command
-// does not make configurable: a booking charged in Redis whose proc never
-// committed (the scheduler was killed between the booking script and its
-// COMMIT) is dropped by the first recompute after it.
+// inFlightGrace is the accounting recompute's in-flight grace
+// (accounting.in_flight_grace, left at its default by the harness): a
+// booking charged in Redis whose proc never committed, on a backend that
+// lives on, is dropped by the first recompute after it.
 const inFlightGrace = 60 * time.Second
 
 // bookTimeout is the dispatcher's bound from the booking script to the end

@@ -98,7 +98,7 @@
 // show was Cuebot's (no release is due then). The accounting recompute drops
 // the first as soon as the killed or cut process's database connection is
 // gone (the record names its backend), and any other once the in-flight
-// grace (60 s, not configurable from the scheduler's file) has passed. The
+// grace (accounting.in_flight_grace, 60 s by default) has passed. The
 // default part accepts such a record when it was booked
 // (by Redis's clock) within BookTimeout before a kill or cut of a scheduler,
 // was never launched and has no proc, or when its proc's completion fell in
