@@ -256,6 +256,20 @@ func (f *farm) pgInt(sql string, args ...any) int64 {
 	return v
 }
 
+// runReady starts a service of cfg (f.service), runs it until the test
+// ends and waits for its booking gate to open (the first bootstrap).
+func (f *farm) runReady(cfg Config) (*Service, *prometheus.Registry) {
+	f.t.Helper()
+	s, reg := f.service(cfg)
+	runService(f.t, s)
+	ctx, cancel := context.WithTimeout(f.ctx, testenv.Patience(10*time.Second))
+	defer cancel()
+	if err := s.WaitReady(ctx); err != nil {
+		f.t.Fatal(err)
+	}
+	return s, reg
+}
+
 // runService runs s.Run until the test ends (or stop is called).
 func runService(t *testing.T, s *Service) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,7 +1,6 @@
 package accounting
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/shared/testkit/promread"
-	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
 // dumpDB is a point-in-time copy of every key of the farm's Redis DB
@@ -75,15 +73,9 @@ func TestRolledBackRedisIsNotTrusted(t *testing.T) {
 	f := newFarm(t)
 	sh := f.addShow(showSpec{managed: true, burstCores: 1000, folderMaxCores: -1, jobs: 2, jobMaxCores: -1, hosts: 1})
 	const poll = 100 * time.Millisecond
-	s, reg := f.service(Config{ManagedPollInterval: 50 * time.Millisecond, EpochPollInterval: poll,
+	s, reg := f.runReady(Config{ManagedPollInterval: 50 * time.Millisecond, EpochPollInterval: poll,
 		LeaderPollInterval: 100 * time.Millisecond, FlipSettle: 200 * time.Millisecond, InFlightGrace: 500 * time.Millisecond,
 		RecomputeInterval: time.Hour})
-	runService(t, s)
-	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
-	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 	n := 0
 	book := func(k int) {
 		t.Helper()
@@ -219,15 +211,9 @@ func lostFive(t *testing.T) (*farm, *Service, *prometheus.Registry, string) {
 	t.Helper()
 	f := newFarm(t)
 	sh := f.addShow(showSpec{managed: true, burstCores: 1000, folderMaxCores: -1, jobs: 1, jobMaxCores: -1, hosts: 1})
-	s, reg := f.service(Config{ManagedPollInterval: 50 * time.Millisecond, EpochPollInterval: time.Hour,
+	s, reg := f.runReady(Config{ManagedPollInterval: 50 * time.Millisecond, EpochPollInterval: time.Hour,
 		LeaderPollInterval: 100 * time.Millisecond, FlipSettle: time.Hour, InFlightGrace: 500 * time.Millisecond,
 		RecomputeInterval: time.Hour})
-	runService(t, s)
-	ctx, cancel := context.WithTimeout(f.ctx, testenv.Patience(10*time.Second))
-	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 	epoch, err := f.pub.Epoch(f.ctx)
 	if err != nil || epoch == "" {
 		t.Fatalf("epoch %q: %v", epoch, err)
@@ -261,15 +247,10 @@ func TestRollbackRecyclesPooledBackends(t *testing.T) {
 	t.Parallel()
 	f := newFarm(t)
 	sh := f.addShow(showSpec{managed: true, burstCores: 100, folderMaxCores: -1, jobs: 1, jobMaxCores: -1, hosts: 1})
-	s, reg := f.service(Config{ManagedPollInterval: 50 * time.Millisecond, EpochPollInterval: 100 * time.Millisecond,
+	s, reg := f.runReady(Config{ManagedPollInterval: 50 * time.Millisecond, EpochPollInterval: 100 * time.Millisecond,
 		LeaderPollInterval: 100 * time.Millisecond, FlipSettle: 300 * time.Millisecond, InFlightGrace: time.Hour,
 		RecomputeInterval: time.Hour})
-	runService(t, s)
-	ctx, cancel := context.WithTimeout(f.ctx, testenv.Patience(10*time.Second))
-	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx := f.ctx
 	// Booked as the dispatcher books: on a connection of the pool, which
 	// the record names, and committed on it.
 	var procs []string
