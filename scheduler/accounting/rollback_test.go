@@ -235,14 +235,15 @@ func lostFive(t *testing.T) (*farm, *Service, *prometheus.Registry, string) {
 
 // TestRollbackRecyclesPooledBackends: Redis comes back from a snapshot
 // taken before five procs were released and one more was booked (a
-// failover to a replica that missed them). Their records are back; each names the backend its
-// booking ran on, a connection of the scheduler's pool that lives on, so
-// the re-bootstrap could not tell they ended and would keep them for the
-// in-flight grace (an hour here), holding the show's cap. The instance
-// that finds the rollback closes its pool's connections: once those
-// backends are gone the re-bootstrap, or its follow-up reconcile, drops the
-// five records, and the counters equal Postgres again long before the
-// grace. With recycleConnections a no-op this test fails at its wait.
+// failover to a replica that missed them). The five records are back;
+// each names the backend its booking ran on, a connection of the
+// scheduler's pool that lives on, so the re-bootstrap could not tell they
+// ended and would keep them for the in-flight grace (an hour here),
+// holding the show's cap. The instance that finds the rollback closes its
+// pool's connections: once those backends are gone the re-bootstrap, or
+// its follow-up reconcile, drops the five records, and the counters equal
+// Postgres again long before the grace. With recycleConnections a no-op
+// this test fails at its wait.
 func TestRollbackRecyclesPooledBackends(t *testing.T) {
 	t.Parallel()
 	f := newFarm(t)
