@@ -45,8 +45,9 @@
 //     (a release that never arrived, a pooler hiding the backend) after
 //     the grace. A Redis restored from an older snapshot brings back
 //     records of procs released since, whose pooled backends live on: every
-//     instance that sees the rollback, or acct:epoch gone, closes its
-//     pool's connections once (gate.go, recycleConnections), so those
+//     instance that sees the rollback, acct:epoch gone or replaced by a
+//     re-bootstrap, closes its pool's connections once (gate.go,
+//     recycleConnections), so those
 //     backends go and the re-bootstrap or its follow-up reconcile drops the
 //     records, not the grace. Each batch
 //     refuses to run once

@@ -163,7 +163,9 @@ func (s *Service) checkLineage(st publisher.State, hw, term int64) (why, kind st
 	case gen == 0 || s.knownGen == 0 || gen > s.knownGen:
 		// A re-bootstrap this instance did not see happen (or an epoch
 		// without a generation, from an older version: trusted as before).
+		// Its polls may have missed the empty acct:epoch in between.
 		s.log.Info("accounting epoch changed (re-bootstrapped)", "from", s.known, "to", st.Epoch)
+		s.recycleLocked("acct:epoch replaced by a re-bootstrap")
 		s.known, s.knownGen = st.Epoch, gen
 		s.pub.ResetSeqHighWater(st.Seq)
 	default:
@@ -238,7 +240,7 @@ func (s *Service) rolledBack(ctx context.Context, st publisher.State, kind, why 
 // recycleConnections closes every connection of the pool (one a dispatch
 // holds when it is returned, so after that dispatch's transactions ended),
 // once per epoch this instance booked under, when that epoch is lost: Redis
-// rolled back or emptied. A Redis restored from an older snapshot holds
+// rolled back or emptied, or a re-bootstrap replaced it. A Redis restored from an older snapshot holds
 // records of procs released since; each names the backend its booking ran
 // on, and a pooled backend lives on, so the reconcile could only drop them
 // after the in-flight grace, holding their shows' caps meanwhile. Once the
@@ -248,13 +250,18 @@ func (s *Service) rolledBack(ctx context.Context, st publisher.State, kind, why 
 // cost is reconnecting the pool.
 func (s *Service) recycleConnections(why string) {
 	s.lineageMu.Lock()
+	defer s.lineageMu.Unlock()
+	s.recycleLocked(why)
+}
+
+// recycleLocked is recycleConnections with lineageMu held (pool.Reset does
+// not block: idle connections close in the background).
+func (s *Service) recycleLocked(why string) {
 	epoch := s.known
 	if epoch == "" || s.recycled == epoch {
-		s.lineageMu.Unlock()
 		return
 	}
 	s.recycled = epoch
-	s.lineageMu.Unlock()
 	s.st.pool.Reset()
 	s.m.recycles.Inc()
 	s.log.Info("closed this instance's database connections: a booking record naming one of their backends is dropped once that backend is gone, not after the in-flight grace",

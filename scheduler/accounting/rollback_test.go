@@ -320,3 +320,90 @@ func TestRollbackRecyclesPooledBackends(t *testing.T) {
 	}
 	f.requireNoDrift()
 }
+
+// TestRollbackRecyclesOnEveryInstance: an instance that did not find the
+// rollback itself closes its connections too, when it next sees the epoch
+// it booked under replaced by the re-bootstrap. Its polls may miss the
+// empty acct:epoch in between (here it polls only when the test says, after
+// the re-bootstrap), so the replaced epoch is what it acts on. The
+// re-bootstrap kept its bookings' records (their backends were alive); the
+// next reconcile after its recycling drops them. Without the recycling on
+// a replaced epoch this test fails: the records stay for the grace.
+func TestRollbackRecyclesOnEveryInstance(t *testing.T) {
+	t.Parallel()
+	f := newFarm(t)
+	sh := f.addShow(showSpec{managed: true, burstCores: 100, folderMaxCores: -1, jobs: 1, jobMaxCores: -1, hosts: 1})
+	cfg := Config{ManagedPollInterval: 50 * time.Millisecond, EpochPollInterval: 100 * time.Millisecond,
+		LeaderPollInterval: 100 * time.Millisecond, FlipSettle: time.Hour, InFlightGrace: time.Hour, RecomputeInterval: time.Hour}
+	s1, _ := f.runReady(cfg)
+	eventually(t, 5*time.Second, "the first instance leads", s1.IsLeader)
+	cfg.EpochPollInterval = time.Hour // one poll at start
+	s2, pub2 := f.secondService(cfg)
+	runService(t, s2)
+	eventually(t, 5*time.Second, "the second instance's gate opens", s2.Ready)
+	ctx := f.ctx
+	var procs []string
+	var pids []int32
+	for i := 0; i < 3; i++ {
+		id := fmt.Sprintf("s2-%d", i)
+		conn, err := s2.st.pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := sh.booking(id, 0, 100)
+		b.BackendPID = conn.Conn().PgConn().PID()
+		pids = append(pids, int32(b.BackendPID))
+		if _, err := pub2.Book(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, `INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, int_cores_reserved, int_mem_reserved, int_gpus_reserved)
+			VALUES ($1, $2, $3, $4, $5, 100, 1048576, 0)`, id, sh.hosts[0], sh.jobs[0].id, sh.id, sh.jobs[0].layer); err != nil {
+			t.Fatal(err)
+		}
+		conn.Release()
+		procs = append(procs, id)
+	}
+	snap := f.dump()
+	epoch, err := f.pub.Epoch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range procs {
+		if err := f.deleteProc(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.pub.Release(ctx, procs...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pub.Book(ctx, sh.booking("lost", 0, 100)); err != nil { // what the first instance sees lost
+		t.Fatal(err)
+	}
+	sh.mustInsertProc("lost", 0, 100, 0)
+	f.restore(snap)
+	eventually(t, 10*time.Second, "the first instance re-bootstrapped", func() bool {
+		ep, err := f.pub.Epoch(ctx)
+		return err == nil && ep != "" && ep != epoch && s1.Ready()
+	})
+	records := func() int64 {
+		n, err := f.rdb.Exists(ctx, publisher.ProcKey(procs[0]), publisher.ProcKey(procs[1]), publisher.ProcKey(procs[2])).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := records(); n != 3 {
+		t.Fatalf("%d of the second instance's 3 restored records after the re-bootstrap, want 3 (their backends were alive): the test exercises nothing", n)
+	}
+	s2.checkEpoch(ctx) // its next poll: the epoch it booked under is replaced
+	eventually(t, 10*time.Second, "the second instance's booking backends gone", func() bool {
+		return f.pgInt(`SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1::int[])`, pids) == 0
+	})
+	if err := s1.Recompute(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := records(); n != 0 {
+		t.Errorf("%d of the second instance's restored records left after the recompute, want 0 (kept for the hour's grace)", n)
+	}
+	f.requireNoDrift()
+}
