@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -251,49 +252,20 @@ func TestRollbackRecyclesPooledBackends(t *testing.T) {
 	s, reg := f.runReady(Config{ManagedPollInterval: 50 * time.Millisecond, EpochPollInterval: 100 * time.Millisecond,
 		LeaderPollInterval: 100 * time.Millisecond, FlipSettle: 300 * time.Millisecond, InFlightGrace: time.Hour,
 		RecomputeInterval: time.Hour})
-	ctx := f.ctx
 	// Booked as the dispatcher books: on a connection of the pool, which
 	// the record names, and committed on it.
 	var procs []string
 	pids := map[uint32]bool{}
 	for i := 0; i < 5; i++ {
 		id := fmt.Sprintf("released-%d", i)
-		conn, err := f.pool.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := sh.booking(id, 0, 100)
-		b.BackendPID = conn.Conn().PgConn().PID()
-		pids[b.BackendPID] = true
-		if _, err := f.pub.Book(ctx, b); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := conn.Exec(ctx, `INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, int_cores_reserved, int_mem_reserved, int_gpus_reserved)
-			VALUES ($1, $2, $3, $4, $5, 100, 1048576, 0)`, id, sh.hosts[0], sh.jobs[0].id, sh.id, sh.jobs[0].layer); err != nil {
-			t.Fatal(err)
-		}
-		conn.Release()
+		pids[sh.bookOnPool(f.pool, f.pub, id)] = true
 		procs = append(procs, id)
 	}
 	snap := f.dump()
-	for _, id := range procs {
-		if err := f.deleteProc(ctx, id); err != nil {
-			t.Fatal(err)
-		}
+	sh.releaseThenLose(procs)
+	if got := sh.subCores(); got != 1 {
+		t.Fatalf("after the releases: %d cores, want 1 (the lost booking)", got)
 	}
-	if _, err := f.pub.Release(ctx, procs...); err != nil {
-		t.Fatal(err)
-	}
-	if got := sh.subCores(); got != 0 {
-		t.Fatalf("after the releases: %d cores, want 0", got)
-	}
-	// A booking acknowledged after the snapshot, which the rollback loses
-	// (what lets the scheduler see it: acct:seq below that
-	// acknowledgement); the re-bootstrap adopts its proc.
-	if _, err := f.pub.Book(ctx, sh.booking("lost", 0, 100)); err != nil {
-		t.Fatal(err)
-	}
-	sh.mustInsertProc("lost", 0, 100, 0)
 	var alive int64
 	for pid := range pids {
 		alive += f.pgInt(`SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, int32(pid))
@@ -346,21 +318,7 @@ func TestRollbackRecyclesOnEveryInstance(t *testing.T) {
 	var pids []int32
 	for i := 0; i < 3; i++ {
 		id := fmt.Sprintf("s2-%d", i)
-		conn, err := s2.st.pool.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := sh.booking(id, 0, 100)
-		b.BackendPID = conn.Conn().PgConn().PID()
-		pids = append(pids, int32(b.BackendPID))
-		if _, err := pub2.Book(ctx, b); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := conn.Exec(ctx, `INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, int_cores_reserved, int_mem_reserved, int_gpus_reserved)
-			VALUES ($1, $2, $3, $4, $5, 100, 1048576, 0)`, id, sh.hosts[0], sh.jobs[0].id, sh.id, sh.jobs[0].layer); err != nil {
-			t.Fatal(err)
-		}
-		conn.Release()
+		pids = append(pids, int32(sh.bookOnPool(s2.st.pool, pub2, id)))
 		procs = append(procs, id)
 	}
 	snap := f.dump()
@@ -368,18 +326,7 @@ func TestRollbackRecyclesOnEveryInstance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range procs {
-		if err := f.deleteProc(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := f.pub.Release(ctx, procs...); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.pub.Book(ctx, sh.booking("lost", 0, 100)); err != nil { // what the first instance sees lost
-		t.Fatal(err)
-	}
-	sh.mustInsertProc("lost", 0, 100, 0)
+	sh.releaseThenLose(procs) // the first instance acknowledges the lost booking
 	f.restore(snap)
 	eventually(t, 10*time.Second, "the first instance re-bootstrapped", func() bool {
 		ep, err := f.pub.Epoch(ctx)
@@ -406,4 +353,49 @@ func TestRollbackRecyclesOnEveryInstance(t *testing.T) {
 		t.Errorf("%d of the second instance's restored records left after the recompute, want 0 (kept for the hour's grace)", n)
 	}
 	f.requireNoDrift()
+}
+
+// bookOnPool books proc id (job 0, one core) as the dispatcher does: on a
+// connection of pool, whose backend the record names, and commits its proc
+// on that connection. It returns the backend's pid.
+func (s *showFx) bookOnPool(pool *pgxpool.Pool, pub *publisher.Publisher, id string) uint32 {
+	t, ctx := s.f.t, s.f.ctx
+	t.Helper()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	b := s.booking(id, 0, 100)
+	b.BackendPID = conn.Conn().PgConn().PID()
+	if _, err := pub.Book(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, int_cores_reserved, int_mem_reserved, int_gpus_reserved)
+		VALUES ($1, $2, $3, $4, $5, 100, 1048576, 0)`, id, s.hosts[0], s.jobs[0].id, s.id, s.jobs[0].layer); err != nil {
+		t.Fatal(err)
+	}
+	return b.BackendPID
+}
+
+// releaseThenLose ends procs as Cuebot and the sidecar do (DELETE, then the
+// release), then books and commits one more proc, "lost", through the
+// farm's publisher: a restore of a dump taken before loses that
+// acknowledged booking, which is what lets that publisher's instance see
+// the rollback (acct:seq below it); the re-bootstrap adopts its proc.
+func (s *showFx) releaseThenLose(procs []string) {
+	f := s.f
+	f.t.Helper()
+	for _, id := range procs {
+		if err := f.deleteProc(f.ctx, id); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	if _, err := f.pub.Release(f.ctx, procs...); err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.pub.Book(f.ctx, s.booking("lost", 0, 100)); err != nil {
+		f.t.Fatal(err)
+	}
+	s.mustInsertProc("lost", 0, 100, 0)
 }
