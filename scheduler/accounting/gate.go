@@ -240,14 +240,14 @@ func (s *Service) rolledBack(ctx context.Context, st publisher.State, kind, why 
 // recycleConnections closes every connection of the pool (one a dispatch
 // holds when it is returned, so after that dispatch's transactions ended),
 // once per epoch this instance booked under, when that epoch is lost: Redis
-// rolled back or emptied, or a re-bootstrap replaced it. A Redis restored from an older snapshot holds
-// records of procs released since; each names the backend its booking ran
-// on, and a pooled backend lives on, so the reconcile could only drop them
-// after the in-flight grace, holding their shows' caps meanwhile. Once the
-// backend is gone its transaction has provably ended, so the re-bootstrap
-// (or its follow-up reconcile, FlipSettle later, for backends that ended
-// after its snapshot or of other instances) drops them instead. The only
-// cost is reconnecting the pool.
+// rolled back or emptied, or a re-bootstrap replaced it. A Redis restored
+// from an older snapshot holds records of procs released since; each names
+// the backend its booking ran on, and a pooled backend lives on, so the
+// reconcile could only drop them after the in-flight grace, holding their
+// shows' caps meanwhile. Once the backend is gone its transaction has
+// provably ended, so the re-bootstrap (or its follow-up reconcile,
+// FlipSettle later, for backends that ended after its snapshot or of other
+// instances) drops them instead. The only cost is reconnecting the pool.
 func (s *Service) recycleConnections(why string) {
 	s.lineageMu.Lock()
 	defer s.lineageMu.Unlock()
