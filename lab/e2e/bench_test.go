@@ -80,6 +80,63 @@ func BenchmarkEndToEnd(b *testing.B) {
 	}
 }
 
+// BenchmarkFrameCost is the scheduler's database cost per dispatched
+// frame against the farm's size (#28: at ten times the hosts, within 1.2x
+// of the cost at 1,000): EndToEnd's scheduler-alone phase (today's
+// defaults, every frame fits at once, none completes) on farms of
+// CUESCHED_BENCH_COST_HOSTS hosts (1000,3000,10000) with
+// CUESCHED_BENCH_COST_FRAMES_PER_HOST (10) waiting frames a host, so the
+// jobs grow with the farm (10,000 hosts: 100,000 frames in 500 jobs). Each
+// farm is ANALYZEd once seeded, as a running farm's autovacuum keeps its
+// statistics.
+//
+// Metrics per farm: db_us/frame is the scheduler's statement time
+// (pg_stat_statements total_exec_time, its own role) per frame started;
+// stmts/frame, rows/frame and blocks/frame as in EndToEnd; frames/s the
+// dispatch rate; x-vs-<smallest>-hosts-ratio is db_us/frame against the
+// smallest farm's in the same run. The report draws each against the
+// number of hosts: a cost that does not grow with the farm is a flat line.
+func BenchmarkFrameCost(b *testing.B) {
+	var sizes []int
+	for _, f := range strings.Split(envString("CUESCHED_BENCH_COST_HOSTS", "1000,3000,10000"), ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("CUESCHED_BENCH_COST_HOSTS: %q is not a host count", f)
+		}
+		sizes = append(sizes, n)
+	}
+	sort.Ints(sizes)
+	perHost := envInt("CUESCHED_BENCH_COST_FRAMES_PER_HOST", 10)
+	var base float64
+	for _, hosts := range sizes {
+		b.Run(fmt.Sprintf("hosts=%d", hosts), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				// The end poll walks the frames already started: every
+				// 250 ms it stays off the scheduler's share of the box.
+				r := runPhase(b, phase{hosts: hosts, frames: hosts * perHost, analyze: true, poll: 250 * time.Millisecond})
+				us := 1000 * r.dbMs / float64(r.frames)
+				if base == 0 {
+					base = us
+				}
+				b.ReportMetric(us, "db_us/frame")
+				b.ReportMetric(float64(r.calls)/float64(r.frames), "stmts/frame")
+				b.ReportMetric(float64(r.rows)/float64(r.frames), "rows/frame")
+				b.ReportMetric(float64(r.blocks)/float64(r.frames), "blocks/frame")
+				b.ReportMetric(float64(r.frames)/r.dispatched.Seconds(), "frames/s")
+				b.ReportMetric(us/base, fmt.Sprintf("x-vs-%d-hosts-ratio", sizes[0]))
+				b.ReportMetric(0, "ns/op")
+			}
+		})
+	}
+}
+
+func envString(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
 type benchFarm struct {
 	show   farmseed.Show   // the first show (pgbench books as it)
 	shows  []farmseed.Show // every managed show
@@ -150,8 +207,9 @@ type benchResult struct {
 	calls      int64         // the scheduler's statements (pg_stat_statements)
 	rows       int64
 	blocks     int64
-	perBatch   int // average frames per host batch
-	perTx      int // average frames per booking transaction (a batch may span several hosts)
+	dbMs       float64 // the scheduler's statements' execution time (pg_stat_statements total_exec_time)
+	perBatch   int     // average frames per host batch
+	perTx      int     // average frames per booking transaction (a batch may span several hosts)
 }
 
 // runBenchPhase runs one scheduler (production defaults) with the sidecar,
@@ -161,6 +219,27 @@ type benchResult struct {
 // when every frame has been started (the scheduler alone, with the farm
 // big enough to take every frame at once).
 func runBenchPhase(b *testing.B, hosts, frames int, endToEnd bool, mod func(*config.Config)) benchResult {
+	return runPhase(b, phase{hosts: hosts, frames: frames, endToEnd: endToEnd, mod: mod})
+}
+
+// phase is one run of runPhase: the farm's size, whether frames complete
+// (endToEnd), a change to today's defaults (mod), whether the seeded
+// database is ANALYZEd before the scheduler starts (a bulk-seeded farm has
+// no planner statistics; a running farm's autovacuum keeps them), and how
+// often the scheduler-alone phase polls for its end (poll, 50 ms when 0).
+type phase struct {
+	hosts, frames int
+	endToEnd      bool
+	mod           func(*config.Config)
+	analyze       bool
+	poll          time.Duration
+}
+
+func runPhase(b *testing.B, ph phase) benchResult {
+	hosts, frames, endToEnd, mod := ph.hosts, ph.frames, ph.endToEnd, ph.mod
+	if ph.poll <= 0 {
+		ph.poll = 50 * time.Millisecond
+	}
 	ctx := context.Background()
 	e := newEnv(b)
 	if !endToEnd {
@@ -168,6 +247,11 @@ func runBenchPhase(b *testing.B, hosts, frames int, endToEnd bool, mod func(*con
 	}
 	seedStart := time.Now()
 	f := seedBenchFarm(b, e.pool, hosts, frames)
+	if ph.analyze {
+		if _, err := e.pool.Exec(ctx, `ANALYZE`); err != nil {
+			b.Fatal(err)
+		}
+	}
 	b.Logf("seeded %d hosts and %d frames in %s", hosts, f.frames, time.Since(seedStart).Round(time.Millisecond))
 	e.farm = &farm{managedFrames: f.frames}
 	for _, sh := range f.shows {
@@ -287,15 +371,19 @@ func runBenchPhase(b *testing.B, hosts, frames int, endToEnd bool, mod func(*con
 		if time.Since(start) > 20*time.Minute {
 			b.Fatalf("not done after 20 minutes: %d frames waiting", e.count(`SELECT count(*) FROM frame WHERE str_state = 'WAITING'`))
 		}
-		time.Sleep(50 * time.Millisecond)
+		if endToEnd {
+			time.Sleep(50 * time.Millisecond)
+		} else {
+			time.Sleep(ph.poll)
+		}
 	}
 	cancel()
 	<-done
 
 	if err := e.pool.QueryRow(ctx, `SELECT COALESCE(sum(calls),0)::bigint, COALESCE(sum(rows),0)::bigint,
-		COALESCE(sum(shared_blks_hit + shared_blks_read),0)::bigint
+		COALESCE(sum(shared_blks_hit + shared_blks_read),0)::bigint, COALESCE(sum(total_exec_time),0)::float8
 		FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
-		WHERE r.rolname = $1 AND s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`, role).Scan(&r.calls, &r.rows, &r.blocks); err != nil {
+		WHERE r.rolname = $1 AND s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`, role).Scan(&r.calls, &r.rows, &r.blocks, &r.dbMs); err != nil {
 		b.Fatal(err)
 	}
 	if rows, err := e.pool.Query(ctx, `SELECT calls, rows, shared_blks_hit + shared_blks_read, round(total_exec_time)::bigint,
