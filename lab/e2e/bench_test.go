@@ -228,7 +228,7 @@ func runBenchPhase(b *testing.B, hosts, frames int, endToEnd bool, mod func(*con
 // (endToEnd), a change to today's defaults (mod), whether the seeded
 // database is ANALYZEd before the scheduler starts (a bulk-seeded farm has
 // no planner statistics; a running farm's autovacuum keeps them), and how
-// often the scheduler-alone phase polls for its end (poll, 50 ms when 0).
+// often the phase's clock polls for its end (poll, 50 ms when 0).
 type phase struct {
 	hosts, frames int
 	endToEnd      bool
@@ -373,11 +373,7 @@ func runPhase(b *testing.B, ph phase) benchResult {
 		if time.Since(start) > 20*time.Minute {
 			b.Fatalf("not done after 20 minutes: %d frames waiting", e.count(`SELECT count(*) FROM frame WHERE str_state = 'WAITING'`))
 		}
-		if endToEnd {
-			time.Sleep(50 * time.Millisecond)
-		} else {
-			time.Sleep(ph.poll)
-		}
+		time.Sleep(ph.poll)
 	}
 	cancel()
 	<-done
