@@ -472,7 +472,7 @@ func (w *World) statements(ctx context.Context) (scaleStatements, error) {
 			out.jobsMean = mean
 		case out.waitingMean < 0 && strings.HasPrefix(q, "WITH gpuwant AS"):
 			out.waitingMean, out.waitingCalls = mean, calls
-		case out.layersMean < 0 && strings.HasPrefix(q, "WITH jl AS"):
+		case out.layersMean < 0 && strings.HasPrefix(q, "WITH lay AS MATERIALIZED"):
 			out.layersMean = mean
 			if plans > 0 && calls > 0 {
 				out.layersPlanMean, out.layersPlanned = planTotal/plans, plans/calls
