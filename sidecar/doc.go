@@ -58,6 +58,24 @@
 // still applies transactions it had buffered is fenced by the LSN check:
 // whichever applies a transaction first wins, the other's call is refused.
 //
+// # A release waits until PostgreSQL shows its DELETE
+//
+// The walsender ships a transaction once its commit record is flushed,
+// which can be before the committing backend has left the in-progress list
+// that snapshots are built from: microseconds as a rule, longer on a loaded
+// machine, and as long as a synchronous standby takes to confirm. A release
+// applied in that window frees room under a cap in Redis while every new
+// snapshot still shows the proc; a booking into that room then commits
+// beside it, and a reader of Postgres sees the job above its cap. So the
+// releases and cap changes of a transaction are written to Redis only once
+// a snapshot read by the sidecar (txid_current_snapshot) shows the
+// transaction (visibility.go): Redis then charges at least what any
+// snapshot shows, as on the booking side, where the record is written
+// before the proc is inserted. The last snapshot read is kept; it answers
+// for every transaction that ended before it, so a backlog costs one read.
+// sidecar_visibility_waits_total counts the transactions held back, and a
+// wait over 5 s is logged once.
+//
 // # Redis outages and Redis data loss
 //
 // A Redis error never acknowledges anything: the transaction is retried

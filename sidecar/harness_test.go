@@ -154,6 +154,8 @@ type harness struct {
 type harnessOpts struct {
 	redisURL string // default: a fresh DB of the shared server
 	dbURL    string // default: cuebotdb.Database
+	// syncCommit is the harness sessions' synchronous_commit (default on).
+	syncCommit string
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -178,6 +180,9 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		t.Fatal(err)
 	}
 	pcfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	if o.syncCommit != "" {
+		pcfg.ConnConfig.RuntimeParams["synchronous_commit"] = o.syncCommit
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		t.Fatal(err)

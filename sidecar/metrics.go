@@ -32,6 +32,8 @@ type sidecarMetrics struct {
 	slotPollErrors  prometheus.Counter
 	slotExists      prometheus.Gauge
 	checkpointFlush prometheus.Counter
+	visWaits        prometheus.Counter
+	visReads        prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*sidecarMetrics, error) {
@@ -131,6 +133,14 @@ func newMetrics(reg prometheus.Registerer) (*sidecarMetrics, error) {
 			Name: "sidecar_checkpoint_flushes_total",
 			Help: "Empty release batches written only to advance the checkpoint (idle or unmanaged-only stream).",
 		}),
+		visWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sidecar_visibility_waits_total",
+			Help: "Source transactions whose releases or cap changes were held back because PostgreSQL did not show the transaction to new snapshots yet (its WAL was flushed and streamed first: a commit in flight, or one waiting for a synchronous standby).",
+		}),
+		visReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sidecar_visibility_snapshot_reads_total",
+			Help: "Snapshots read from PostgreSQL (txid_current_snapshot) to tell whether a streamed transaction is visible yet; one read answers for every transaction that ended before it.",
+		}),
 	}
 	// Every labelled series exists from start-up at zero (issue #26), so a
 	// panel or an increase()-based alert sees the first event.
@@ -160,6 +170,7 @@ func newMetrics(reg prometheus.Registerer) (*sidecarMetrics, error) {
 		m.rebootstraps, m.redisErrors, m.truncates, m.active, m.standby, m.lagBytes,
 		m.retainedBytes, m.retainedOver, m.retainedLimit, m.checkpointLSN, m.managedShows,
 		m.badRows, m.slotPollErrors, m.slotExists, m.checkpointFlush, m.slotRecreated,
+		m.visWaits, m.visReads,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
