@@ -77,10 +77,9 @@
 //     folders, jobs, layers, points) within its cap and never negative, and
 //     every cap field equal to Postgres' cap (caps are static in these runs);
 //   - for runs without faults (StrictRecords): no booking lost at any
-//     instant: every proc of a managed show that exists in Postgres has its
-//     booking record in Redis (a proc seen without it for 200 ms fails; a
-//     release may reach Redis a moment before the DELETE is visible to other
-//     sessions, which is not a loss).
+//     instant: every proc of a managed show that Postgres shows before and
+//     after a read of Redis has its booking record in that read, with no
+//     grace (the sidecar releases a proc only once its DELETE is visible).
 //
 // At quiescence (env.finish): the queue drained (every managed frame done,
 // no proc); no frame was started while another run of it was live

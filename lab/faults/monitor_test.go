@@ -369,7 +369,6 @@ type sampler struct {
 	pgSamples  int
 	rdSamples  int
 	recSamples int
-	suspects   map[string]time.Time
 	pgErrors   int
 	rdErrors   int
 	stopc      chan struct{}
@@ -496,10 +495,90 @@ func (s *sampler) samplePG(ctx context.Context) error {
 		return err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var fresh []string
+	for _, v := range found {
+		if job, ok := strings.CutPrefix(v, "postgres: job cores "); ok && !s.seen[v] {
+			fresh = append(fresh, strings.TrimSuffix(strings.Fields(job)[0], ":"))
+		}
+	}
 	s.pgSamples++
 	s.addLocked(found...)
+	s.mu.Unlock()
+	// A job above its cap in Postgres means Redis let one booking too many
+	// through: say what Redis held for that job at that moment, so a
+	// failure names its cause (a proc without a record, a record whose
+	// counter was not charged).
+	for _, job := range fresh {
+		s.e.note("first job cap violation: %s", s.dumpJob(ctx, job))
+	}
 	return nil
+}
+
+// dumpJob describes a job's accounting as Redis and Postgres hold it now:
+// the counter and cap, the records charging the job and the procs, and
+// which of either has no counterpart (with its tombstone, if any).
+func (s *sampler) dumpJob(ctx context.Context, job string) string {
+	var b strings.Builder
+	h, err := s.e.rdb.HGetAll(ctx, publisher.JobKey(job)).Result()
+	fmt.Fprintf(&b, "job %s: Redis %v (err %v)", job, h, err)
+	type proc struct {
+		show  string
+		cores int64
+		at    time.Time
+	}
+	procs := map[string]proc{}
+	var show string
+	rows, err := s.e.pool.Query(ctx, `SELECT pk_proc, pk_show, int_cores_reserved, ts_booked FROM proc WHERE pk_job = $1`, job)
+	if err != nil {
+		fmt.Fprintf(&b, "; Postgres read failed: %v", err)
+	} else {
+		for rows.Next() {
+			var id string
+			var p proc
+			if err := rows.Scan(&id, &p.show, &p.cores, &p.at); err != nil {
+				fmt.Fprintf(&b, "; Postgres read failed: %v", err)
+				break
+			}
+			procs[id], show = p, p.show
+		}
+		rows.Close()
+	}
+	var sum int64
+	for _, p := range procs {
+		sum += p.cores
+	}
+	fmt.Fprintf(&b, "; Postgres: %d procs, %d centicores", len(procs), sum)
+	ids, _ := s.e.rdb.SMembers(ctx, publisher.ShowProcsKey(show)).Result()
+	recs := map[string]map[string]string{}
+	var charged int64
+	for _, id := range ids {
+		r, err := s.e.rdb.HGetAll(ctx, publisher.ProcKey(id)).Result()
+		if err != nil || r["job"] != publisher.JobKey(job) {
+			continue
+		}
+		recs[id] = r
+		charged += num(r["cores"])
+	}
+	fmt.Fprintf(&b, "; Redis: %d records charging the job, %d cores", len(recs), charged)
+	for id, p := range procs {
+		if _, ok := recs[id]; !ok {
+			tomb, _ := s.e.rdb.Get(ctx, publisher.TombKey(id)).Result()
+			fmt.Fprintf(&b, "; proc %s (%d centicores, booked %s) has no record (tombstone %q)", id, p.cores, p.at.Format("15:04:05.000"), tomb)
+			// Read again after Redis: a proc still there was visible
+			// throughout, so its record is truly missing.
+			var n int
+			var st string
+			err := s.e.pool.QueryRow(ctx, `SELECT count(*), COALESCE(MAX(f.str_state), 'none') FROM proc p
+				LEFT JOIN frame f ON f.pk_frame = p.pk_frame WHERE p.pk_proc = $1`, id).Scan(&n, &st)
+			fmt.Fprintf(&b, " (after the Redis read: %d in Postgres, its frame %s, err %v)", n, st, err)
+		}
+	}
+	for id, r := range recs {
+		if _, ok := procs[id]; !ok {
+			fmt.Fprintf(&b, "; record %s has no proc: %v", id, r)
+		}
+	}
+	return b.String()
 }
 
 func (s *sampler) sampleRedis(ctx context.Context) error {
@@ -588,63 +667,27 @@ func (s *sampler) sampleRecords(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// A release can reach Redis a moment before the DELETE is visible to
-	// other sessions (the walsender ships a commit once it is flushed,
-	// before the committing backend has marked it committed for
-	// snapshots), so a proc is a lost booking only when it has been seen
-	// without its record for 200 ms.
+	// A proc seen in both reads existed throughout the Redis read. Its
+	// record is written before its INSERT, and the sidecar releases it
+	// only once its DELETE is visible to new snapshots (sidecar,
+	// visibility.go), so a proc without its record in between is a lost
+	// booking or a release applied too early, at once, with no window.
 	var found []string
-	now := time.Now()
-	missing := map[string]time.Time{}
-	s.mu.Lock()
-	prev := s.suspects
-	s.mu.Unlock()
 	for i, id := range ids {
 		if !after[id] || cmds[i].Val() != 0 {
 			continue
 		}
-		since, ok := prev[id]
-		if !ok {
-			since = now
-		}
-		missing[id] = since
-		if now.Sub(since) < 200*time.Millisecond {
-			continue
-		}
-		// On a loaded machine the committing backend can stay invisible
-		// for longer than any fixed window. A row lock waits for the
-		// deleting transaction itself: once it is granted, the DELETE is
-		// either committed (no row) or not there (the proc really exists).
-		if gone, err := s.procGone(ctx, id); err != nil {
-			return err
-		} else if gone {
-			delete(missing, id)
-			continue
-		}
 		why := "never booked, or rolled back"
 		if n, _ := s.e.rdb.Exists(ctx, publisher.TombKey(id)).Result(); n > 0 {
-			why = "released (tombstone) while the proc still exists"
+			why = "released (tombstone) while the proc is still visible"
 		}
 		found = append(found, fmt.Sprintf("redis: proc %s exists in Postgres but its booking record is missing (%s)", id, why))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.suspects = missing
 	s.recSamples++
 	s.addLocked(found...)
 	return nil
-}
-
-// procGone reports whether proc id is deleted once every transaction
-// holding it has ended (SELECT ... FOR UPDATE waits for a deleter in
-// flight, then sees its outcome).
-func (s *sampler) procGone(ctx context.Context, id string) (bool, error) {
-	var n int
-	err := s.e.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM proc WHERE pk_proc = $1 FOR UPDATE) l`, id).Scan(&n)
-	if err != nil {
-		return false, err
-	}
-	return n == 0, nil
 }
 
 func (s *sampler) count(n *int) {
