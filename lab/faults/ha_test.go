@@ -292,12 +292,20 @@ func TestFaultRedisOlderSnapshot(t *testing.T) {
 		if detected == 0 {
 			t.Fatalf("the scheduler never acted on the rolled-back Redis (acct:epoch still the stale one)")
 		}
-		m, err := sched.metrics(e.ctx)
-		if err != nil {
-			t.Fatal(err)
+		// The counter rises just after the script that removed acct:epoch
+		// returns: wait for it (a loaded machine can scrape in between).
+		var rollbacks float64
+		for deadline := time.Now().Add(testenv.Patience(5 * time.Second)); ; time.Sleep(20 * time.Millisecond) {
+			m, err := sched.metrics(e.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rollbacks = sum(m, "scheduler_accounting_rollbacks_detected_total"); rollbacks >= 1 || time.Now().After(deadline) {
+				break
+			}
 		}
-		if n := sum(m, "scheduler_accounting_rollbacks_detected_total"); n < 1 {
-			t.Errorf("acct:epoch changed but scheduler_accounting_rollbacks_detected_total = %v: not the scheduler's detection", n)
+		if rollbacks < 1 {
+			t.Errorf("acct:epoch changed but scheduler_accounting_rollbacks_detected_total = %v: not the scheduler's detection", rollbacks)
 		}
 		e.note("the scheduler detected the rollback and closed every show %s after the restart; %d writes under the stale epoch, the last %s after the restart",
 			detected.Round(time.Millisecond), staleSeq-seq0.Seq, lastWrite.Round(time.Millisecond))
