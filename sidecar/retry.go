@@ -54,14 +54,22 @@ func (c *consumer) redisCall(ctx context.Context, what string, fn func(context.C
 		}
 		failed = true
 		c.m.redisErrors.Inc()
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return context.Cause(ctx)
-		case <-t.C:
+		if err := pause(ctx, backoff); err != nil {
+			return err
 		}
 		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// pause waits d, or returns the cause of ctx's end.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
 	}
 }
 

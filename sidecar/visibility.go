@@ -116,12 +116,8 @@ func (c *consumer) awaitVisible(ctx context.Context, xid uint32) error {
 			c.log.Warn("a streamed transaction is still not visible in PostgreSQL; its releases and cap changes wait for it (a synchronous standby that does not confirm?)",
 				"xid", xid, "waited", c.now().Sub(start).Round(time.Millisecond))
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return context.Cause(ctx)
-		case <-t.C:
+		if err := pause(ctx, backoff); err != nil {
+			return err
 		}
 		backoff = min(2*backoff, 50*time.Millisecond)
 	}
