@@ -17,12 +17,6 @@ import (
 func (c *consumer) execute(ctx context.Context, txn *replication.Transaction, p *plan) error {
 	needBatch := len(p.releases) > 0 || p.flipped || p.truncate
 	rels := p.releases
-	if len(rels) > 0 || len(p.subCaps)+len(p.foldCaps)+len(p.jobCaps) > 0 {
-		// Nothing frees room in Redis before every snapshot shows it freed.
-		if err := c.awaitVisible(ctx, txn.XID); err != nil {
-			return err
-		}
-	}
 	if needBatch {
 		// A DELETE without pk_show (REPLICA IDENTITY not FULL) is decided
 		// from its record's show, and one of an unmanaged show from whether
@@ -38,6 +32,14 @@ func (c *consumer) execute(ctx context.Context, txn *replication.Transaction, p 
 			if rels, err = c.decideFromRecords(ctx, p, rels, undecided); err != nil {
 				return err
 			}
+		}
+	}
+	if len(rels) > 0 || len(p.subCaps)+len(p.foldCaps)+len(p.jobCaps) > 0 {
+		// Nothing frees room in Redis before every snapshot shows it
+		// freed (visibility.go). Cuebot's own procs, dropped above, do
+		// not wait.
+		if err := c.awaitVisible(ctx, txn.XID); err != nil {
+			return err
 		}
 	}
 	if p.unmanaged > 0 {
