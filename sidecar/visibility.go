@@ -9,24 +9,10 @@ import (
 )
 
 // A streamed transaction's releases and cap changes reach Redis only once
-// PostgreSQL shows the transaction to new snapshots.
-//
-// The walsender ships a transaction as soon as its commit record is
-// flushed. The committing backend leaves the in-progress list that
-// snapshots are built from a moment later: microseconds as a rule, longer
-// when the machine deschedules it, and for as long as a synchronous standby
-// takes to confirm (synchronous_commit on with synchronous_standby_names
-// set). Meanwhile every new snapshot still shows the deleted proc. A
-// release applied then frees room under a cap in Redis, a booking into that
-// room commits, and any reader (Cuebot, a report, the fault suite's
-// sampler) sees both procs: the job above its cap. Waiting keeps the rule
-// the booking side already follows (the record is written before the proc
-// is inserted): Redis charges at least what every snapshot shows.
-//
-// One snapshot (txid_current_snapshot) answers for every transaction that
-// ended before it: an id below its xmax and not in its in-progress list is
-// visible to it and to every later snapshot. The last snapshot read is
-// kept, so a backlog of transactions costs one read, not one each.
+// PostgreSQL shows the transaction to new snapshots: why is in the package
+// doc ("A release waits until PostgreSQL shows its DELETE"). One snapshot
+// (txid_current_snapshot) answers for every transaction that ended before
+// it, and the last one read is kept, so a backlog costs one read.
 
 // snapshotView is a snapshot's horizon: ids below xmin are finished, ids
 // from xmax on had not started, ids in xip were in progress.
