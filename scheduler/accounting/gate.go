@@ -96,8 +96,10 @@ func (s *Service) checkEpoch(ctx context.Context) string {
 	// check reads Redis closes the gate; this check's older reading must
 	// not open it again.
 	rollbacks := s.rollbackCloses()
-	// The high-water mark is read before the state: a booking acknowledged
-	// after the read cannot make a live Redis look rolled back.
+	// The epoch known and the high-water mark are read before the state: a
+	// booking acknowledged after the read cannot make a live Redis look
+	// rolled back, and an epoch adopted after it is not the one found gone.
+	known := s.knownEpoch()
 	hw, term := s.pub.SeqMark()
 	st, err := s.pub.State(ctx)
 	switch {
@@ -107,8 +109,9 @@ func (s *Service) checkEpoch(ctx context.Context) string {
 		}
 		return ""
 	case st.Epoch == "":
-		s.setGate(false, "accounting: Redis empty (restarted?), waiting for the bootstrap")
-		s.recycleConnections("acct:epoch is gone (Redis restarted, or another instance found it rolled back)")
+		if s.epochGone(known) {
+			s.setGate(false, "accounting: Redis empty (restarted?), waiting for the bootstrap")
+		}
 		return ""
 	}
 	if why, kind := s.checkLineage(st, hw, term); why != "" {
@@ -117,6 +120,28 @@ func (s *Service) checkEpoch(ctx context.Context) string {
 	}
 	s.openGateUnless(rollbacks)
 	return st.Epoch
+}
+
+func (s *Service) knownEpoch() string {
+	s.lineageMu.Lock()
+	defer s.lineageMu.Unlock()
+	return s.known
+}
+
+// epochGone acts on a poll that found acct:epoch empty while this instance
+// knew epoch: it closes the pool's connections once for that epoch. It
+// reports false, and does nothing, when this instance adopted another epoch
+// since the poll's read (its own bootstrap wrote one meanwhile): that read
+// is stale, and recycling or closing the gate on it would hit the new
+// epoch's connections and gate. The next poll judges.
+func (s *Service) epochGone(epoch string) bool {
+	s.lineageMu.Lock()
+	defer s.lineageMu.Unlock()
+	if s.known != epoch {
+		return false
+	}
+	s.recycleLocked("acct:epoch is gone (Redis restarted, or another instance found it rolled back)")
+	return true
 }
 
 func (s *Service) rollbackCloses() int64 {

@@ -293,6 +293,52 @@ func TestRollbackRecyclesPooledBackends(t *testing.T) {
 	f.requireNoDrift()
 }
 
+// TestStaleEmptyPollSparesTheNewEpoch forces the interleaving behind a
+// flake of TestRollbackRecyclesPooledBackends on a loaded machine: the
+// epoch watch reads acct:epoch empty (the rollback's Invalidate deleted
+// it), then stalls while the re-bootstrap writes and adopts a new epoch
+// and opens the gate. The stalled poll must act on the epoch it knew when
+// it read, which is gone and already recycled, not on the new one: it
+// neither closes the new epoch's connections nor its gate.
+func TestStaleEmptyPollSparesTheNewEpoch(t *testing.T) {
+	t.Parallel()
+	f := newFarm(t)
+	f.addShow(showSpec{managed: true, burstCores: 100, folderMaxCores: -1, jobs: 1, jobMaxCores: -1, hosts: 1})
+	s, reg := f.runReady(Config{ManagedPollInterval: 50 * time.Millisecond, EpochPollInterval: time.Hour,
+		LeaderPollInterval: 100 * time.Millisecond, FlipSettle: time.Hour, InFlightGrace: time.Hour,
+		RecomputeInterval: time.Hour})
+	old := s.knownEpoch()
+	if old == "" {
+		t.Fatal("no epoch known after the bootstrap")
+	}
+	recycles := func() float64 { return promread.Value(t, reg, "scheduler_accounting_connections_recycled_total") }
+	// Another instance found a rollback: it deleted acct:epoch; this
+	// instance's leader re-bootstraps under a new epoch.
+	if err := f.rdb.Del(f.ctx, "acct:epoch").Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the re-bootstrap under a new epoch", func() bool {
+		return s.knownEpoch() != old && s.Ready()
+	})
+	before := recycles()
+	if s.epochGone(old) {
+		t.Error("a poll that read acct:epoch empty under the old epoch acted after the new one was adopted")
+	}
+	if got := recycles(); got != before {
+		t.Errorf("connections recycled %v times after the stale poll, want %v (the new epoch's pool was closed)", got, before)
+	}
+	if !s.Ready() {
+		t.Error("the stale poll closed the re-bootstrapped gate")
+	}
+	// A poll that read it empty under the epoch it knows still recycles.
+	if !s.epochGone(s.knownEpoch()) {
+		t.Error("a poll that found the known epoch gone did not act")
+	}
+	if got := recycles(); got != before+1 {
+		t.Errorf("connections recycled %v times after the known epoch was found gone, want %v", got, before+1)
+	}
+}
+
 // TestRollbackRecyclesOnEveryInstance: an instance that did not find the
 // rollback itself closes its connections too, when it next sees the epoch
 // it booked under replaced by the re-bootstrap. Its polls may miss the
