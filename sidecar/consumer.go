@@ -41,8 +41,8 @@ type consumer struct {
 	state        managedState // managed shows as of state.lsn (stream position)
 	c            *caches      // resolution caches and the cap mirror (resolve.go, caps.go)
 	cachesLoaded bool
-	positions                 // the checkpoint and applied positions (checkpoint.go)
-	vis          snapshotView // the last snapshot read (visibility.go)
+	positions                            // the checkpoint and applied positions (checkpoint.go)
+	vis          *replication.Visibility // when a streamed transaction is visible
 
 	// For Status and health (read from other goroutines).
 	redisFail    atomic.Pointer[redisFailure]

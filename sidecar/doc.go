@@ -69,7 +69,7 @@
 // beside it, and a reader of Postgres sees the job above its cap. So the
 // releases and cap changes of a transaction are written to Redis only once
 // a snapshot read by the sidecar (txid_current_snapshot) shows the
-// transaction (visibility.go): Redis then charges at least what any
+// transaction (replication.Visibility): Redis then charges at least what any
 // snapshot shows, as on the booking side, where the record is written
 // before the proc is inserted. The last snapshot read is kept; it answers
 // for every transaction that ended before it, so a backlog costs one read.

@@ -36,9 +36,9 @@ func (c *consumer) execute(ctx context.Context, txn *replication.Transaction, p 
 	}
 	if len(rels) > 0 || len(p.subCaps)+len(p.foldCaps)+len(p.jobCaps) > 0 {
 		// Nothing frees room in Redis before every snapshot shows it
-		// freed (visibility.go). Cuebot's own procs, dropped above, do
-		// not wait.
-		if err := c.awaitVisible(ctx, txn.XID); err != nil {
+		// freed (see the package doc). Cuebot's own procs, dropped
+		// above, do not wait.
+		if err := c.vis.Await(ctx, txn.XID); err != nil {
 			return err
 		}
 	}

@@ -204,6 +204,8 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	}
 	s.pool = pool
 	s.c.pool = pool
+	s.c.vis = replication.NewVisibility(pool, replication.VisibilityOptions{Logger: s.log,
+		Waits: s.m.visWaits, Reads: s.m.visReads, What: "its releases and cap changes", Now: s.c.now})
 	s.mu.Unlock()
 	defer pool.Close()
 	// Refuse a database without the rollout now, with what to run,

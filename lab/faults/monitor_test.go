@@ -670,7 +670,7 @@ func (s *sampler) sampleRecords(ctx context.Context) error {
 	// A proc seen in both reads existed throughout the Redis read. Its
 	// record is written before its INSERT, and the sidecar releases it
 	// only once its DELETE is visible to new snapshots (sidecar,
-	// visibility.go), so a proc without its record in between is a lost
+	// replication.Visibility), so a proc without its record in between is a lost
 	// booking or a release applied too early, at once, with no window.
 	var found []string
 	for i, id := range ids {

@@ -67,8 +67,11 @@ type snapshot struct {
 	// caps are written to Redis stamped with it (publisher.Limits.LSN), so
 	// they never revert a cap change committed after it that the sidecar
 	// already wrote. (A transaction whose commit record precedes lsn but
-	// which was not yet visible when the snapshot was taken, a window of
-	// microseconds, can still be reverted until the next reseed.)
+	// which was not yet visible when the snapshot was taken can still be
+	// reverted until the next reseed. The cluster feed, which reseeds the
+	// caps of a show right after the WAL reports their change, waits until
+	// that change is visible first; the periodic reseed's window is
+	// microseconds and unrelated to any change.)
 	lsn uint64
 	// live are the pids of every backend of the primary, read after the
 	// caller's Mark and just before the snapshot (liveKnown false on a

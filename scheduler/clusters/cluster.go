@@ -38,7 +38,11 @@
 //     resized, an allocation, a facility, a host tag or a host moved to
 //     another allocation, and a folder or job cap changed reach the feed
 //     (Notify) within milliseconds of their commit. After ChangeDebounce
-//     (150 ms, so a burst of changes costs one reload) the feed rebuilds
+//     (150 ms, so a burst of changes costs one reload), and once
+//     PostgreSQL shows the changes' transactions (the stream delivers a
+//     commit a moment before it is visible; see
+//     replication.Visibility; a cap read in that moment would be the
+//     old one, stamped newer than the change), the feed rebuilds
 //     the set if it may have changed, swapping it in only when it changed
 //     as a set and keeping the sleep state of surviving clusters; copies
 //     the changed caps to the accounting store (CapsChanged); runs the

@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cuesched/cuesched/shared/replication"
 )
 
 // FeedOptions configures a Feed.
@@ -29,6 +31,12 @@ type FeedOptions struct {
 	// accounting store there). An error is logged; the clusters are woken
 	// anyway.
 	CapsChanged func(ctx context.Context, shows []string) error
+	// VisibleWait bounds how long a flush waits for PostgreSQL to show
+	// the transactions of the changes it acts on (Change.XIDs; default
+	// 2 s). Past it the flush goes on without CapsChanged: a cap read
+	// before its change is visible would be stamped newer than the
+	// change and kept (the sidecar copies it once it is visible).
+	VisibleWait time.Duration
 	// ScanInterval runs the awake scan (reference: 2 s); zero disables the
 	// gate, so every cluster is always awake.
 	ScanInterval time.Duration
@@ -86,12 +94,33 @@ type Feed struct {
 	pending  pendingChange
 	flushing bool
 	notify   chan struct{} // signalled (buffer 1) by Notify
+	// vis tells when the transactions of a flushed change are visible
+	// (nil without a database).
+	vis *replication.Visibility
 }
 
 // pendingChange is the union of the Changes not flushed yet.
 type pendingChange struct {
 	reload                         bool
 	shows, capShows, folders, jobs map[string]struct{}
+	xids                           map[uint32]struct{}
+}
+
+func (p *pendingChange) addXIDs(xids ...uint32) {
+	for _, x := range xids {
+		if p.xids == nil {
+			p.xids = map[uint32]struct{}{}
+		}
+		p.xids[x] = struct{}{}
+	}
+}
+
+func (p *pendingChange) xidList() []uint32 {
+	out := make([]uint32, 0, len(p.xids))
+	for x := range p.xids {
+		out = append(out, x)
+	}
+	return out
 }
 
 func (p *pendingChange) empty() bool {
@@ -116,6 +145,7 @@ func (p *pendingChange) add(c Change) {
 	addAll(&p.capShows, c.CapShows...)
 	addAll(&p.folders, c.Folders...)
 	addAll(&p.jobs, c.Jobs...)
+	p.addXIDs(c.XIDs...)
 }
 
 func (p *pendingChange) merge(o pendingChange) {
@@ -125,6 +155,9 @@ func (p *pendingChange) merge(o pendingChange) {
 		for id := range *pair.src {
 			addAll(pair.dst, id)
 		}
+	}
+	for x := range o.xids {
+		p.addXIDs(x)
 	}
 }
 
@@ -164,6 +197,9 @@ type feedMetrics struct {
 	// extraPasses counts passes handed out while another pass of the
 	// same cluster was in flight (PassesPerCluster).
 	extraPasses prometheus.Counter
+	// visWaits, visReads: flushes that waited for their changes to be
+	// visible, and the snapshot reads that tell.
+	visWaits, visReads prometheus.Counter
 }
 
 func newFeedMetrics(reg prometheus.Registerer) *feedMetrics {
@@ -209,6 +245,14 @@ func newFeedMetrics(reg prometheus.Registerer) *feedMetrics {
 			Name: "scheduler_cluster_extra_passes_total",
 			Help: "Passes handed out while another pass of the same cluster was in flight (queue.stream.passes_per_cluster): a cluster with more work than one pass holds.",
 		}),
+		visWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scheduler_clusters_visibility_waits_total",
+			Help: "Flushes of WAL changes that waited for PostgreSQL to show the transactions they act on (streamed once flushed, visible a moment later).",
+		}),
+		visReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scheduler_clusters_visibility_snapshot_reads_total",
+			Help: "Snapshot reads (txid_current_snapshot) that tell whether the transactions of WAL changes are visible yet.",
+		}),
 	}
 	// Every labelled series exists from start-up at zero (issue #26).
 	for _, r := range []string{"ok", "error"} {
@@ -223,7 +267,7 @@ func newFeedMetrics(reg prometheus.Registerer) *feedMetrics {
 		m.drift.WithLabelValues(c)
 	}
 	if reg != nil {
-		reg.MustRegister(m.total, m.active, m.sleeping, m.woken, m.scans, m.scanDur, m.reloads, m.drift, m.walWoken, m.extraPasses)
+		reg.MustRegister(m.total, m.active, m.sleeping, m.woken, m.scans, m.scanDur, m.reloads, m.drift, m.walWoken, m.extraPasses, m.visWaits, m.visReads)
 	}
 	return m
 }
@@ -269,6 +313,9 @@ func newFeed(db DB, o FeedOptions) *Feed {
 	if o.ChangeDebounce <= 0 {
 		o.ChangeDebounce = 150 * time.Millisecond
 	}
+	if o.VisibleWait <= 0 {
+		o.VisibleWait = 2 * time.Second
+	}
 	f := &Feed{
 		db:       db,
 		opts:     o,
@@ -281,6 +328,10 @@ func newFeed(db DB, o FeedOptions) *Feed {
 		changed:  make(chan struct{}),
 		rewoken:  map[string]struct{}{},
 		notify:   make(chan struct{}, 1),
+	}
+	if db != nil {
+		f.vis = replication.NewVisibility(db, replication.VisibilityOptions{Logger: f.log,
+			Waits: f.m.visWaits, Reads: f.m.visReads, What: "the cluster feed's reads"})
 	}
 	if o.Registerer != nil {
 		o.Registerer.MustRegister(
@@ -732,6 +783,24 @@ func (f *Feed) Flush(ctx context.Context) error {
 		f.pending.merge(q)
 		f.mu.Unlock()
 	}
+	// Everything below reads Postgres: first let it show what the WAL
+	// said. A change still invisible after VisibleWait (a synchronous
+	// standby that does not confirm) is acted on without copying caps.
+	capsReadable := true
+	if f.vis != nil && len(p.xids) > 0 {
+		vctx, cancel := context.WithTimeout(ctx, f.opts.VisibleWait)
+		err := f.vis.Await(vctx, p.xidList()...)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				requeue(p)
+				return ctx.Err()
+			}
+			capsReadable = false
+			f.log.Warn("changes streamed from the WAL are not visible in PostgreSQL yet; acting on them without copying their caps to the accounting store (the sidecar copies them once visible)",
+				"waited", f.opts.VisibleWait, "error", err)
+		}
+	}
 	if p.reload && f.db != nil {
 		if _, err := f.reload(ctx, triggerWAL); err != nil {
 			requeue(p)
@@ -749,7 +818,7 @@ func (f *Feed) Flush(ctx context.Context) error {
 		addAll(&shows, more...)
 		addAll(&capShows, more...)
 	}
-	if len(capShows) > 0 && f.opts.CapsChanged != nil {
+	if len(capShows) > 0 && f.opts.CapsChanged != nil && capsReadable {
 		if err := f.opts.CapsChanged(ctx, keys(capShows)); err != nil && ctx.Err() == nil {
 			f.log.Warn("copying changed caps to the accounting store failed; waking the clusters anyway (the sidecar and the limit reseed copy them too)",
 				"shows", len(capShows), "error", err)

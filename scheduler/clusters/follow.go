@@ -24,6 +24,10 @@ type Change struct {
 	// (FeedOptions.CapsChanged) before their clusters are woken.
 	CapShows      []string
 	Folders, Jobs []string
+	// XIDs are the transactions that made the change. The feed acts on it
+	// (reads the set, the caps, the awake scan) once PostgreSQL shows
+	// them: the stream can deliver a commit before it is visible.
+	XIDs []uint32
 }
 
 func (c Change) empty() bool {
@@ -154,6 +158,7 @@ func (w *Follower) TapApply(txn *replication.Transaction) {
 		}
 	}
 	if !ev.empty() {
+		ev.XIDs = []uint32{txn.XID}
 		w.feed.Notify(ev)
 	}
 }

@@ -130,6 +130,12 @@ func TestFollowerReportsWhatMatters(t *testing.T) {
 		t.Helper()
 		got := rec.next(t, n)
 		n++
+		// Each carries the id of the transaction that made it, for the
+		// feed to wait until it is visible.
+		if len(got.XIDs) != 1 || got.XIDs[0] == 0 {
+			t.Fatalf("%s: change %+v carries transaction ids %v, want its one transaction", what, got, got.XIDs)
+		}
+		got.XIDs = nil
 		norm := func(c clusters.Change) string {
 			for _, s := range [][]string{c.Shows, c.CapShows, c.Folders, c.Jobs} {
 				slices.Sort(s)
