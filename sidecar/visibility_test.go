@@ -5,10 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/cuesched/cuesched/publisher"
-	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
+	"github.com/cuesched/cuesched/shared/testkit/heldcommit"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
@@ -28,20 +26,7 @@ func TestReleaseWaitsUntilTheDeleteIsVisible(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	pg, err := testenv.StartPostgres(ctx, testenv.PostgresOptions{ExtraSettings: map[string]string{
-		"synchronous_standby_names": "ghost",
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg.Stop)
-	if err := pg.CreateDatabase(ctx, "cue", ""); err != nil {
-		t.Fatal(err)
-	}
-	url := pg.URL("cue")
-	if err := cuebotdb.Setup(ctx, url); err != nil {
-		t.Fatal(err)
-	}
+	url := heldcommit.Database(t, ctx)
 	// Every other session commits without waiting for the standby.
 	h := newHarness(t, harnessOpts{dbURL: url, syncCommit: "local"})
 	ps := h.book(h.a, 2)
@@ -50,35 +35,7 @@ func TestReleaseWaitsUntilTheDeleteIsVisible(t *testing.T) {
 	h.waitCheckpoint(h.walNow(), 10*time.Second)
 	h.assertExact()
 
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `SET synchronous_commit = on`); err != nil {
-		t.Fatal(err)
-	}
-	pid := conn.PgConn().PID()
-	done := make(chan error, 1)
-	go func() {
-		_, err := conn.Exec(ctx, `DELETE FROM proc WHERE pk_proc = $1`, ps[0].id)
-		done <- err
-	}()
-	// The DELETE's commit is flushed and its session waits for the standby.
-	deadline := time.Now().Add(testenv.Patience(20 * time.Second))
-	for {
-		var ev string
-		if err := h.pool.QueryRow(ctx, `SELECT COALESCE(wait_event, '') FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&ev); err != nil {
-			t.Fatal(err)
-		}
-		if ev == "SyncRep" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the DELETE's session never waited for the synchronous standby (wait_event %q): the window is not held open", ev)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	held := heldcommit.Commit(t, ctx, url, `DELETE FROM proc WHERE pk_proc = $1`, ps[0].id)
 	visible := func() bool {
 		var n int
 		if err := h.pool.QueryRow(ctx, `SELECT count(*) FROM proc WHERE pk_proc = $1`, ps[0].id).Scan(&n); err != nil {
@@ -92,7 +49,7 @@ func TestReleaseWaitsUntilTheDeleteIsVisible(t *testing.T) {
 	// The sidecar has the transaction once it holds its release back
 	// (sidecar_visibility_waits_total); a release that reaches Redis first
 	// is the defect.
-	deadline = time.Now().Add(testenv.Patience(20 * time.Second))
+	deadline := time.Now().Add(testenv.Patience(20 * time.Second))
 	for ip.metric(t, "sidecar_visibility_waits_total", nil) < 1 {
 		n, err := h.rdb.Exists(ctx, publisher.ProcKey(ps[0].id)).Result()
 		if err != nil {
@@ -115,10 +72,7 @@ func TestReleaseWaitsUntilTheDeleteIsVisible(t *testing.T) {
 		t.Fatalf("while the DELETE is not visible: record in Redis %d (err %v), want 1", n, err)
 	}
 	// End the wait: the commit becomes visible, and the release applies.
-	if _, err := h.pool.Exec(ctx, `SELECT pg_cancel_backend($1)`, pid); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
+	if err := held.Release(t, ctx); err != nil {
 		t.Fatalf("DELETE: %v", err)
 	}
 	if visible() {

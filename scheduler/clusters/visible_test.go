@@ -6,13 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuesched/cuesched/scheduler/clusters"
-	"github.com/cuesched/cuesched/shared/testkit/cuebotdb"
 	"github.com/cuesched/cuesched/shared/testkit/farmseed"
+	"github.com/cuesched/cuesched/shared/testkit/heldcommit"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
@@ -31,20 +30,7 @@ func TestFlushWaitsUntilTheCapChangeIsVisible(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	pg, err := testenv.StartPostgres(ctx, testenv.PostgresOptions{ExtraSettings: map[string]string{
-		"synchronous_standby_names": "ghost",
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg.Stop)
-	if err := pg.CreateDatabase(ctx, "cue", ""); err != nil {
-		t.Fatal(err)
-	}
-	url := pg.URL("cue")
-	if err := cuebotdb.Setup(ctx, url); err != nil {
-		t.Fatal(err)
-	}
+	url := heldcommit.Database(t, ctx)
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		t.Fatal(err)
@@ -79,46 +65,9 @@ func TestFlushWaitsUntilTheCapChangeIsVisible(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// change commits burst on a session that waits for the standby, and
-	// returns once that wait holds it (the commit flushed, invisible), with
-	// the transaction's id and a func that ends the wait.
-	change := func(burst int) (uint32, func()) {
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close(context.WithoutCancel(ctx)) })
-		if _, err := conn.Exec(ctx, `SET synchronous_commit = on`); err != nil {
-			t.Fatal(err)
-		}
-		tx, err := conn.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var xid int64
-		if err := tx.QueryRow(ctx, `SELECT txid_current()`).Scan(&xid); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(ctx, `UPDATE subscription SET int_burst = $1 WHERE pk_show = $2`, burst, show.ID); err != nil {
-			t.Fatal(err)
-		}
-		pid := conn.PgConn().PID()
-		done := make(chan error, 1)
-		go func() { done <- tx.Commit(ctx) }()
-		deadline := time.Now().Add(testenv.Patience(20 * time.Second))
-		for {
-			var ev string
-			if err := pool.QueryRow(ctx, `SELECT COALESCE(wait_event, '') FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&ev); err != nil {
-				t.Fatal(err)
-			}
-			if ev == "SyncRep" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the UPDATE's session never waited for the synchronous standby (wait_event %q): the window is not held open", ev)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+	// change commits burst and returns once it is flushed and invisible.
+	change := func(burst int) *heldcommit.Held {
+		held := heldcommit.Commit(t, ctx, url, `UPDATE subscription SET int_burst = $1 WHERE pk_show = $2`, burst, show.ID)
 		var visible int64
 		if err := pool.QueryRow(ctx, `SELECT int_burst FROM subscription WHERE pk_show = $1`, show.ID).Scan(&visible); err != nil {
 			t.Fatal(err)
@@ -126,17 +75,12 @@ func TestFlushWaitsUntilTheCapChangeIsVisible(t *testing.T) {
 		if visible == int64(burst) {
 			t.Fatal("the change is visible while its session waits for the standby: the test exercises nothing")
 		}
-		return uint32(xid), func() {
-			if _, err := pool.Exec(ctx, `SELECT pg_cancel_backend($1)`, pid); err != nil {
-				t.Fatal(err)
-			}
-			<-done // a cancelled wait commits locally, with a warning
-		}
+		return held
 	}
 
 	// Visible after a wait: the caps are copied once, with the new burst.
-	xid, release := change(2000)
-	f.Notify(clusters.Change{CapShows: []string{show.ID}, XIDs: []uint32{xid}})
+	held := change(2000)
+	f.Notify(clusters.Change{CapShows: []string{show.ID}, XIDs: []uint32{held.XID}})
 	flushed := make(chan error, 1)
 	go func() { flushed <- f.Flush(ctx) }()
 	deadline := time.Now().Add(testenv.Patience(20 * time.Second))
@@ -151,7 +95,9 @@ func TestFlushWaitsUntilTheCapChangeIsVisible(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	release()
+	if err := held.Release(t, ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := <-flushed; err != nil {
 		t.Fatal(err)
 	}
@@ -169,12 +115,14 @@ func TestFlushWaitsUntilTheCapChangeIsVisible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	xid, release = change(3000)
-	f2.Notify(clusters.Change{CapShows: []string{show.ID}, XIDs: []uint32{xid}})
+	held = change(3000)
+	f2.Notify(clusters.Change{CapShows: []string{show.ID}, XIDs: []uint32{held.XID}})
 	if err := f2.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	release()
+	if err := held.Release(t, ctx); err != nil {
+		t.Fatal(err)
+	}
 	if len(read) != 0 {
 		t.Fatal("CapsChanged ran while the change was still invisible")
 	}
