@@ -45,7 +45,8 @@
 //     (a release that never arrived, a pooler hiding the backend) after
 //     the grace. A Redis restored from an older snapshot brings back
 //     records of procs released since, whose pooled backends live on: every
-//     instance that sees the rollback, acct:epoch gone or replaced by a
+//     instance that sees the rollback, acct:epoch gone (to its epoch watch,
+//     or to its loop leader about to re-bootstrap) or replaced by a
 //     re-bootstrap, closes its pool's connections once (gate.go,
 //     recycleConnections), so those
 //     backends go and the re-bootstrap or its follow-up reconcile drops the

@@ -293,6 +293,55 @@ func TestRollbackRecyclesPooledBackends(t *testing.T) {
 	f.requireNoDrift()
 }
 
+// TestLeaderRecyclesWhenAnotherInstanceFoundTheRollback: as
+// TestRollbackRecyclesPooledBackends, but another instance finds the
+// rollback and deletes acct:epoch, and this instance's epoch watch does
+// not poll before its loop leader re-bootstraps. The leader closes its
+// connections when it finds the epoch gone, before the bootstrap's
+// snapshot, so the five restored records naming its pooled backends are
+// dropped (by the bootstrap or its follow-up reconcile) instead of kept
+// for the hour's grace. Without that, nothing closes them: the watch never
+// sees the epoch it booked under go.
+func TestLeaderRecyclesWhenAnotherInstanceFoundTheRollback(t *testing.T) {
+	t.Parallel()
+	f := newFarm(t)
+	sh := f.addShow(showSpec{managed: true, burstCores: 100, folderMaxCores: -1, jobs: 1, jobMaxCores: -1, hosts: 1})
+	s, reg := f.runReady(Config{ManagedPollInterval: 50 * time.Millisecond, EpochPollInterval: time.Hour,
+		LeaderPollInterval: 100 * time.Millisecond, FlipSettle: 300 * time.Millisecond, InFlightGrace: time.Hour,
+		RecomputeInterval: time.Hour})
+	eventually(t, 5*time.Second, "the instance leads", s.IsLeader)
+	var procs []string
+	for i := 0; i < 5; i++ {
+		id := fmt.Sprintf("released-%d", i)
+		sh.bookOnPool(f.pool, f.pub, id)
+		procs = append(procs, id)
+	}
+	snap := f.dump()
+	epoch, err := f.pub.Epoch(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh.releaseThenLose(procs)
+	f.restore(snap)
+	// Another instance's watch finds the rollback: it closes every show
+	// and deletes acct:epoch.
+	if _, _, err := f.pub.Invalidate(f.ctx, epoch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the released procs' records dropped (not kept for the hour's grace)", func() bool {
+		n, err := f.rdb.Exists(f.ctx, publisher.ProcKey(procs[0]), publisher.ProcKey(procs[1]), publisher.ProcKey(procs[2]),
+			publisher.ProcKey(procs[3]), publisher.ProcKey(procs[4])).Result()
+		return err == nil && n == 0 && s.Ready()
+	})
+	if got := promread.Value(t, reg, "scheduler_accounting_connections_recycled_total"); got != 1 {
+		t.Errorf("connections recycled %v times, want once", got)
+	}
+	if got := sh.subCores(); got != 1 {
+		t.Errorf("after the re-bootstrap: %d cores, want 1 (the lost booking's proc, adopted)", got)
+	}
+	f.requireNoDrift()
+}
+
 // TestStaleEmptyPollSparesTheNewEpoch forces the interleaving behind a
 // flake of TestRollbackRecyclesPooledBackends on a loaded machine: the
 // epoch watch reads acct:epoch empty (the rollback's Invalidate deleted

@@ -267,12 +267,18 @@ func (s *Service) syncManaged(ctx context.Context, fence func(context.Context) e
 	if err := s.identityGuard(ctx, false); errors.Is(err, publisher.ErrIdentityMismatch) {
 		return false, err
 	}
+	known := s.knownEpoch()
 	epoch, err := s.pub.Epoch(ctx)
 	if err != nil {
 		s.setGate(false, "accounting: Redis unreachable: "+err.Error())
 		return false, err // nothing to do until it answers
 	}
 	if epoch == "" {
+		// The epoch this instance booked under is gone: its connections
+		// close before the bootstrap's snapshot, whether or not the epoch
+		// watch polled in between (another instance may have found the
+		// rollback and deleted acct:epoch).
+		s.epochGone(known)
 		return true, s.bootstrap(ctx, fence)
 	}
 	managed, err := s.st.managedShows(ctx)
