@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/shared/pause"
 	"strings"
 	"time"
 
@@ -54,22 +55,10 @@ func (c *consumer) redisCall(ctx context.Context, what string, fn func(context.C
 		}
 		failed = true
 		c.m.redisErrors.Inc()
-		if err := pause(ctx, backoff); err != nil {
+		if err := pause.For(ctx, backoff); err != nil {
 			return err
 		}
 		backoff = min(backoff*2, 5*time.Second)
-	}
-}
-
-// pause waits d, or returns the cause of ctx's end.
-func pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
 	}
 }
 

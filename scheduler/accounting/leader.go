@@ -12,6 +12,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cuesched/cuesched/shared/pause"
 )
 
 // ErrNotLeader is returned by a fence check when this instance no longer
@@ -275,11 +277,5 @@ func (l *leader) close() {
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) { _ = pause.For(ctx, d) }

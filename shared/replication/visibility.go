@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cuesched/cuesched/shared/pause"
 )
 
 // A delivered Transaction may not be visible yet. The walsender ships a
@@ -158,12 +160,8 @@ func (v *Visibility) Await(ctx context.Context, xids ...uint32) error {
 			v.o.Logger.Warn("a streamed transaction is still not visible in PostgreSQL; "+v.o.What+" wait for it (a synchronous standby that does not confirm?)",
 				"xids", xids, "waited", d.Round(time.Millisecond))
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return context.Cause(ctx)
-		case <-t.C:
+		if err := pause.For(ctx, backoff); err != nil {
+			return err
 		}
 		backoff = min(2*backoff, 50*time.Millisecond)
 	}
