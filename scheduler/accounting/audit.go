@@ -44,7 +44,7 @@ type AuditReport struct {
 // only reads. On a live system, bookings in flight between the two reads show up
 // as transient record or counter differences; run it again to confirm.
 func Audit(ctx context.Context, pool *pgxpool.Pool, pub *publisher.Publisher) (*AuditReport, error) {
-	st := &store{pool: pool}
+	st := newStore(pool, nil, nil)
 	rdb := pub.Client()
 	rep := &AuditReport{}
 	add := func(d Drift) { rep.Drifts = append(rep.Drifts, d) }

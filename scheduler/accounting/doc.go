@@ -93,7 +93,12 @@
 // the WAL position read just before its snapshot and the sidecar with each
 // change's commit, so a reseed from a snapshot older than a cap change the
 // sidecar already wrote leaves that cap alone
-// (TestLimitReseedKeepsNewerSidecarCaps). ReseedShowLimits is the same copy
+// (TestLimitReseedKeepsNewerSidecarCaps). A transaction committed before
+// that position can still be invisible to the snapshot for as long as it
+// waits for a synchronous standby; every snapshot first waits for the
+// transactions pg_stat_activity shows in that wait (store.beginVisible,
+// TestLimitReseedWaitsForCommittedCapChanges), so it never stamps an old
+// cap past its change. ReseedShowLimits is the same copy
 // for a few shows on any instance: the cluster feed runs it when the WAL
 // reports a cap change (a burst raised, a folder or job cap), before it
 // wakes the show's clusters, so a show held at its burst books against the

@@ -39,8 +39,13 @@ type farmOpt func(*farmCfg)
 
 type farmCfg struct {
 	redisURL string
+	dbURL    string
 	tombTTL  time.Duration
 }
+
+// withDatabase builds the farm on a Cuebot database the test made
+// (heldcommit.Database) instead of a fresh cuebotdb.Database.
+func withDatabase(u string) farmOpt { return func(c *farmCfg) { c.dbURL = u } }
 
 func withRedisURL(u string) farmOpt { return func(c *farmCfg) { c.redisURL = u } }
 
@@ -53,8 +58,11 @@ func newFarm(t *testing.T, opts ...farmOpt) *farm {
 	if c.redisURL == "" {
 		c.redisURL = testenv.NewRedisDB(t)
 	}
+	if c.dbURL == "" {
+		c.dbURL = cuebotdb.Database(t)
+	}
 	ctx := context.Background()
-	f := &farm{t: t, ctx: ctx, dbURL: cuebotdb.Database(t), redisURL: c.redisURL}
+	f := &farm{t: t, ctx: ctx, dbURL: c.dbURL, redisURL: c.redisURL}
 	var err error
 	f.pool, err = pgxpool.New(ctx, f.dbURL)
 	if err != nil {

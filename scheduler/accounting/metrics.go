@@ -22,6 +22,7 @@ type metrics struct {
 	bootstraps        prometheus.Counter
 	rollbacks         *prometheus.CounterVec
 	recycles          prometheus.Counter
+	visWaits          prometheus.Counter
 	foreign           prometheus.Gauge
 }
 
@@ -87,6 +88,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "scheduler_accounting_connections_recycled_total",
 			Help: "Times this instance closed its database connections because the epoch it booked under was lost (Redis rolled back or emptied), so booking records naming their backends are dropped once those are gone, not after the in-flight grace.",
 		}),
+		visWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scheduler_accounting_visibility_waits_total",
+			Help: "Snapshots (bootstrap, seed, recompute, limit reseed, audit) that waited, before being taken, for transactions committed before them that were waiting for a synchronous standby and not visible yet.",
+		}),
 		foreign: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "scheduler_accounting_identity_mismatch",
 			Help: "1 while the accounting Redis is bound to another database (acct:identity): booking and every accounting loop refuse it.",
@@ -114,7 +119,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.paused.Set(1)
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.recomputeCycles, m.recomputeRetries, m.recomputeDuration, m.reseedCycles,
-			m.reseedDuration, m.drift, m.records, m.pgRows, m.leader, m.unseeded, m.unattended, m.paused, m.bootstraps, m.rollbacks, m.recycles, m.foreign} {
+			m.reseedDuration, m.drift, m.records, m.pgRows, m.leader, m.unseeded, m.unattended, m.paused, m.bootstraps, m.rollbacks, m.recycles, m.visWaits, m.foreign} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -149,7 +149,7 @@ func New(pool *pgxpool.Pool, pub *publisher.Publisher, cfg Config, logger hclog.
 	}
 	log := logger.Named("accounting")
 	s := &Service{
-		cfg: cfg, st: &store{pool: pool}, pub: pub, log: log, m: m,
+		cfg: cfg, st: newStore(pool, log.Named("snapshot"), m.visWaits), pub: pub, log: log, m: m,
 		ld:        newLeader(pool.Config().ConnConfig.Copy(), cfg.LockKey, cfg.LeaderPollInterval, cfg.LeaderSessionTimeout, log.Named("leader")),
 		readyCh:   make(chan struct{}),
 		reason:    "accounting not started",

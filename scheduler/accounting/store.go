@@ -4,15 +4,20 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
+	"time"
 
 	"github.com/cuesched/cuesched/migrations"
 	"github.com/cuesched/cuesched/shared/appname"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/shared/replication"
 )
 
 // store holds the Postgres side of the loops: which shows are managed, the
@@ -20,6 +25,32 @@ import (
 // the accounting tables.
 type store struct {
 	pool *pgxpool.Pool
+	// visibleWait bounds how long a snapshot waits for transactions that
+	// committed before its WAL position to become visible (beginVisible)
+	// [defaultVisibleWait].
+	visibleWait time.Duration
+	// vis waits for those transactions.
+	vis *replication.Visibility
+	// blind makes the warning that this role cannot see other roles'
+	// transactions once; log is where it goes.
+	blind *sync.Once
+	log   hclog.Logger
+}
+
+// defaultVisibleWait is store.visibleWait's default: far above a
+// synchronous standby's confirmation, and short enough that one that never
+// confirms fails the snapshot with an error naming the transactions
+// rather than stalling the loop.
+const defaultVisibleWait = 2 * time.Second
+
+// newStore returns the store of pool; waits (may be nil) counts the
+// snapshots that waited for a synchronous standby's transactions.
+func newStore(pool *pgxpool.Pool, log hclog.Logger, waits prometheus.Counter) *store {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	return &store{pool: pool, log: log, blind: new(sync.Once),
+		vis: replication.NewVisibility(pool, replication.VisibilityOptions{Logger: log, Waits: waits, What: "the accounting snapshot"})}
 }
 
 // managedShows lists show.b_scheduler_managed = true, sorted.
@@ -66,12 +97,9 @@ type snapshot struct {
 	// lsn is the WAL position read just before the snapshot was taken: its
 	// caps are written to Redis stamped with it (publisher.Limits.LSN), so
 	// they never revert a cap change committed after it that the sidecar
-	// already wrote. (A transaction whose commit record precedes lsn but
-	// which was not yet visible when the snapshot was taken can still be
-	// reverted until the next reseed. The cluster feed, which reseeds the
-	// caps of a show right after the WAL reports their change, waits until
-	// that change is visible first; the periodic reseed's window is
-	// microseconds and unrelated to any change.)
+	// already wrote. Every transaction whose commit precedes lsn is in the
+	// snapshot (beginVisible), so neither do they revert one committed
+	// before it.
 	lsn uint64
 	// live are the pids of every backend of the primary, read after the
 	// caller's Mark and just before the snapshot (liveKnown false on a
@@ -88,6 +116,72 @@ func newSnapshot(shows []string) *snapshot {
 		sn.limits[s] = &publisher.Limits{}
 	}
 	return sn
+}
+
+// syncRepSQL lists the transactions of this database that have committed
+// and wait for a synchronous standby's confirmation: flushed and streamed,
+// but not visible to other sessions until the standby confirms (or the
+// wait is cancelled). hidden counts the client backends whose activity
+// this role may not see (another role's, without pg_read_all_stats).
+const syncRepSQL = `
+SELECT COALESCE(array_agg(backend_xid::text::bigint) FILTER (WHERE wait_event = 'SyncRep' AND backend_xid IS NOT NULL), '{}'),
+       count(*) FILTER (WHERE backend_type = 'client backend' AND state IS NULL)
+  FROM pg_stat_activity
+ WHERE datname = current_database() OR datname IS NULL`
+
+// beginVisible opens the snapshot's REPEATABLE READ, READ ONLY
+// transaction, the caller having read the WAL position it stamps the caps
+// with (snapshot.lsn) just before. A transaction whose commit record
+// precedes that position but which the snapshot does not show yet would
+// otherwise be reverted in Redis: its caps read as before it, stamped
+// past its commit, so the sidecar's copy of them is refused as older.
+//
+// A committing backend leaves the in-progress list that snapshots are
+// built from a moment after its commit is flushed: a few instructions as
+// a rule, and with a synchronous standby not until the standby confirms.
+// That wait is what makes the window last, and it shows in
+// pg_stat_activity (wait_event SyncRep): the transactions found waiting
+// are waited for (visibleWait at most; past it the snapshot fails and
+// names them) before the snapshot is taken. Instants between a flush and
+// the end of a transaction that does not wait are the window left.
+func (s *store) beginVisible(ctx context.Context) (pgx.Tx, error) {
+	var waiting []int64
+	var hidden int
+	if err := s.pool.QueryRow(ctx, syncRepSQL).Scan(&waiting, &hidden); err != nil {
+		return nil, fmt.Errorf("snapshot: transactions waiting for a synchronous standby: %w", err)
+	}
+	if hidden > 0 {
+		s.blind.Do(func() {
+			s.log.Warn("pg_stat_activity hides other roles' sessions from this role: a cap change committed while a reseed runs, "+
+				"and waiting for a synchronous standby, can be put back until the next reseed; grant pg_read_all_stats to this role",
+				"hidden_sessions", hidden)
+		})
+	}
+	if len(waiting) > 0 {
+		patience := s.visibleWait
+		if patience <= 0 {
+			patience = defaultVisibleWait
+		}
+		xids := make([]uint32, len(waiting))
+		for i, x := range waiting {
+			xids[i] = uint32(x)
+		}
+		wctx, cancel := context.WithTimeout(ctx, patience)
+		err := s.vis.Await(wctx, xids...)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("snapshot: transaction(s) %v committed before it and waiting for a synchronous standby "+
+				"still not visible after %s; nothing read: %w", xids, patience, err)
+		}
+	}
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: begin: %w", err)
+	}
+	return tx, nil
 }
 
 // The proc set of the snapshot: non-local procs of the shows. The alloc is
@@ -135,9 +229,9 @@ func (s *store) load(ctx context.Context, shows []string, withProcs bool) (*snap
 			}
 		}
 	}
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	tx, err := s.beginVisible(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot: begin: %w", err)
+		return nil, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
