@@ -121,13 +121,14 @@ func newSnapshot(shows []string) *snapshot {
 // syncRepSQL lists the transactions of this database that have committed
 // and wait for a synchronous standby's confirmation: flushed and streamed,
 // but not visible to other sessions until the standby confirms (or the
-// wait is cancelled). hidden counts the client backends whose activity
-// this role may not see (another role's, without pg_read_all_stats).
+// wait is cancelled). hidden counts the sessions of this database whose
+// activity this role may not see (another role's, without
+// pg_read_all_stats: their backend_type and wait_event read as NULL).
 const syncRepSQL = `
 SELECT COALESCE(array_agg(backend_xid::text::bigint) FILTER (WHERE wait_event = 'SyncRep' AND backend_xid IS NOT NULL), '{}'),
-       count(*) FILTER (WHERE backend_type = 'client backend' AND state IS NULL)
+       count(*) FILTER (WHERE backend_type IS NULL)
   FROM pg_stat_activity
- WHERE datname = current_database() OR datname IS NULL`
+ WHERE datname = current_database()`
 
 // beginVisible opens the snapshot's REPEATABLE READ, READ ONLY
 // transaction, the caller having read the WAL position it stamps the caps

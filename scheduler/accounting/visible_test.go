@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -123,4 +126,48 @@ func count(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestSnapshotSaysWhenItCannotSeeOtherRoles: without pg_read_all_stats a
+// role sees neither the wait_event nor the type of other roles' sessions,
+// so it cannot tell a transaction waiting for a synchronous standby; the
+// snapshot says so once.
+func TestSnapshotSaysWhenItCannotSeeOtherRoles(t *testing.T) {
+	ctx := context.Background()
+	f := newFarm(t)
+	role := "lowpriv_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	f.exec(`CREATE ROLE ` + role + ` LOGIN`)
+	cfg, err := pgxpool.ParseConfig(f.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User = role
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	var logs strings.Builder
+	st := newStore(pool, hclog.New(&hclog.LoggerOptions{Output: &logs}), nil)
+	for range 2 {
+		tx, err := st.beginVisible(ctx) // f.pool's sessions are another role's
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = tx.Rollback(ctx)
+	}
+	if n := strings.Count(logs.String(), "grant pg_read_all_stats"); n != 1 {
+		t.Fatalf("the warning was logged %d times, want once:\n%s", n, logs.String())
+	}
+	f.exec(`GRANT pg_read_all_stats TO ` + role)
+	logs.Reset()
+	st = newStore(pool, hclog.New(&hclog.LoggerOptions{Output: &logs}), nil)
+	tx, err := st.beginVisible(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = tx.Rollback(ctx)
+	if logs.Len() != 0 {
+		t.Fatalf("warned with pg_read_all_stats granted:\n%s", logs.String())
+	}
 }
