@@ -48,7 +48,7 @@
 //     instance that sees the rollback, acct:epoch gone (to its epoch watch,
 //     or to its loop leader about to re-bootstrap) or replaced by a
 //     re-bootstrap, closes its pool's connections once (gate.go,
-//     recycleConnections), so those
+//     recycleLocked), so those
 //     backends go and the re-bootstrap or its follow-up reconcile drops the
 //     records, not the grace. Each batch
 //     refuses to run once

@@ -114,8 +114,8 @@ func (s *Service) checkEpoch(ctx context.Context) string {
 		}
 		return ""
 	}
-	if why, kind := s.checkLineage(st, hw, term); why != "" {
-		s.rolledBack(ctx, st, kind, why)
+	if why, kind, judged := s.checkLineage(st, hw, term); why != "" {
+		s.rolledBack(ctx, st, kind, why, judged)
 		return ""
 	}
 	s.openGateUnless(rollbacks)
@@ -135,12 +135,20 @@ func (s *Service) knownEpoch() string {
 // is stale, and recycling or closing the gate on it would hit the new
 // epoch's connections and gate. The next poll judges.
 func (s *Service) epochGone(epoch string) bool {
+	return s.recycleFor(epoch, "acct:epoch is gone (Redis restarted, or another instance found it rolled back)")
+}
+
+// recycleFor closes the pool's connections once for epoch, the epoch known
+// when the caller judged it lost, and reports true; it does nothing and
+// reports false when another epoch has been adopted since (its connections
+// are not the lost epoch's).
+func (s *Service) recycleFor(epoch, why string) bool {
 	s.lineageMu.Lock()
 	defer s.lineageMu.Unlock()
 	if s.known != epoch {
 		return false
 	}
-	s.recycleLocked("acct:epoch is gone (Redis restarted, or another instance found it rolled back)")
+	s.recycleLocked(why)
 	return true
 }
 
@@ -169,9 +177,13 @@ func (s *Service) openGateUnless(seen int64) {
 // mark reset since (this instance adopted a new epoch meanwhile, e.g. its
 // own bootstrap) belongs to the old epoch and proves nothing: the next
 // poll judges.
-func (s *Service) checkLineage(st publisher.State, hw, term int64) (why, kind string) {
+//
+// judged is the epoch known when a rollback was judged: rolledBack acts on
+// it, not on one adopted since.
+func (s *Service) checkLineage(st publisher.State, hw, term int64) (why, kind, judged string) {
 	s.lineageMu.Lock()
 	defer s.lineageMu.Unlock()
+	judged = s.known
 	gen := publisher.EpochGeneration(st.Epoch)
 	switch {
 	case s.known == "":
@@ -179,10 +191,10 @@ func (s *Service) checkLineage(st publisher.State, hw, term int64) (why, kind st
 		s.pub.ObserveSeq(st.Seq)
 	case st.Epoch == s.known:
 		if _, now := s.pub.SeqMark(); now != term {
-			return "", ""
+			return "", "", ""
 		}
 		if st.Seq < hw {
-			return fmt.Sprintf("acct:seq is %d under epoch %s, but %d was already acknowledged: Redis lost acknowledged writes (restarted from an older snapshot, or a failover to a replica that missed them)", st.Seq, st.Epoch, hw), "seq"
+			return fmt.Sprintf("acct:seq is %d under epoch %s, but %d was already acknowledged: Redis lost acknowledged writes (restarted from an older snapshot, or a failover to a replica that missed them)", st.Seq, st.Epoch, hw), "seq", judged
 		}
 		s.pub.ObserveSeq(st.Seq)
 	case gen == 0 || s.knownGen == 0 || gen > s.knownGen:
@@ -194,9 +206,9 @@ func (s *Service) checkLineage(st publisher.State, hw, term int64) (why, kind st
 		s.known, s.knownGen = st.Epoch, gen
 		s.pub.ResetSeqHighWater(st.Seq)
 	default:
-		return fmt.Sprintf("acct:epoch %s is older than %s, the epoch this instance booked under: Redis came back from a snapshot taken before the last bootstrap", st.Epoch, s.known), "epoch"
+		return fmt.Sprintf("acct:epoch %s is older than %s, the epoch this instance booked under: Redis came back from a snapshot taken before the last bootstrap", st.Epoch, s.known), "epoch", judged
 	}
-	return "", ""
+	return "", "", ""
 }
 
 // mark reads a recompute's or seed's mark (publisher.Mark) and judges it as
@@ -215,8 +227,8 @@ func (s *Service) mark(ctx context.Context) (publisher.Mark, error) {
 		return m, err
 	}
 	st := publisher.State{Epoch: m.Epoch, Seq: m.Seq}
-	if why, kind := s.checkLineage(st, hw, term); why != "" {
-		s.rolledBack(ctx, st, kind, why)
+	if why, kind, judged := s.checkLineage(st, hw, term); why != "" {
+		s.rolledBack(ctx, st, kind, why, judged)
 		return publisher.Mark{}, fmt.Errorf("accounting: %s: %w", why, publisher.ErrSeqRolledBack)
 	}
 	return m, nil
@@ -243,12 +255,12 @@ func (s *Service) adoptEpoch(ctx context.Context, epoch string) {
 // rolledBack closes the gate and every show (publisher.Invalidate): no
 // instance books against the rolled-back counters, and the loop leader
 // re-bootstraps from Postgres (it finds acct:epoch gone).
-func (s *Service) rolledBack(ctx context.Context, st publisher.State, kind, why string) {
+func (s *Service) rolledBack(ctx context.Context, st publisher.State, kind, why, judged string) {
 	s.gateMu.Lock()
 	s.rollbacks++
 	s.setGateLocked(false, "accounting: Redis state rolled back, waiting for the re-bootstrap: "+why)
 	s.gateMu.Unlock()
-	s.recycleConnections("Redis state rolled back")
+	s.recycleFor(judged, "Redis state rolled back")
 	done, shows, err := s.pub.Invalidate(ctx, st.Epoch)
 	switch {
 	case err != nil:
@@ -262,7 +274,7 @@ func (s *Service) rolledBack(ctx context.Context, st publisher.State, kind, why 
 	}
 }
 
-// recycleConnections closes every connection of the pool (one a dispatch
+// recycleLocked closes every connection of the pool (one a dispatch
 // holds when it is returned, so after that dispatch's transactions ended),
 // once per epoch this instance booked under, when that epoch is lost: Redis
 // rolled back or emptied, or a re-bootstrap replaced it. A Redis restored
@@ -273,14 +285,8 @@ func (s *Service) rolledBack(ctx context.Context, st publisher.State, kind, why 
 // provably ended, so the re-bootstrap (or its follow-up reconcile,
 // FlipSettle later, for backends that ended after its snapshot or of other
 // instances) drops them instead. The only cost is reconnecting the pool.
-func (s *Service) recycleConnections(why string) {
-	s.lineageMu.Lock()
-	defer s.lineageMu.Unlock()
-	s.recycleLocked(why)
-}
-
-// recycleLocked is recycleConnections with lineageMu held (pool.Reset does
-// not block: idle connections close in the background).
+// lineageMu is held (pool.Reset does not block: idle connections close in
+// the background).
 func (s *Service) recycleLocked(why string) {
 	epoch := s.known
 	if epoch == "" || s.recycled == epoch {

@@ -243,7 +243,7 @@ func lostFive(t *testing.T) (*farm, *Service, *prometheus.Registry, string) {
 // holding the show's cap. The instance that finds the rollback closes its
 // pool's connections: once those backends are gone the re-bootstrap, or
 // its follow-up reconcile, drops the five records, and the counters equal
-// Postgres again long before the grace. With recycleConnections a no-op
+// Postgres again long before the grace. With recycleLocked a no-op
 // this test fails at its wait.
 func TestRollbackRecyclesPooledBackends(t *testing.T) {
 	t.Parallel()
@@ -350,7 +350,8 @@ func TestLeaderRecyclesWhenAnotherInstanceFoundTheRollback(t *testing.T) {
 // it), then stalls while the re-bootstrap writes and adopts a new epoch
 // and opens the gate. The stalled poll must act on the epoch it knew when
 // it read, which is gone and already recycled, not on the new one: it
-// neither closes the new epoch's connections nor its gate.
+// neither closes the new epoch's connections nor its gate. A rollback
+// judged under the old epoch and acted on late spares them too.
 func TestStaleEmptyPollSparesTheNewEpoch(t *testing.T) {
 	t.Parallel()
 	f := newFarm(t)
@@ -380,6 +381,12 @@ func TestStaleEmptyPollSparesTheNewEpoch(t *testing.T) {
 	}
 	if !s.Ready() {
 		t.Error("the stale poll closed the re-bootstrapped gate")
+	}
+	// So does a rollback judged under the old epoch and acted on after the
+	// new one was adopted (Invalidate finds the epoch replaced: a no-op).
+	s.rolledBack(f.ctx, publisher.State{Epoch: old}, "seq", "judged under the old epoch", old)
+	if got := recycles(); got != before {
+		t.Errorf("connections recycled %v times after a rollback judged under the old epoch, want %v (the new epoch's pool was closed)", got, before)
 	}
 	// A poll that read it empty under the epoch it knows still recycles.
 	if !s.epochGone(s.knownEpoch()) {

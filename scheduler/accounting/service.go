@@ -106,7 +106,7 @@ type Service struct {
 	known     string
 	knownGen  int64
 	// recycled is the known epoch this instance last closed its database
-	// connections for (recycleConnections): once per lost epoch.
+	// connections for (recycleLocked): once per lost epoch.
 	recycled string
 
 	isLeader atomic.Bool
