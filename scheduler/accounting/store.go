@@ -97,9 +97,10 @@ type snapshot struct {
 	// lsn is the WAL position read just before the snapshot was taken: its
 	// caps are written to Redis stamped with it (publisher.Limits.LSN), so
 	// they never revert a cap change committed after it that the sidecar
-	// already wrote. Every transaction whose commit precedes lsn is in the
-	// snapshot (beginVisible), so neither do they revert one committed
-	// before it.
+	// already wrote. A transaction whose commit precedes lsn and that waits
+	// for a synchronous standby is waited for (beginVisible), so the caps
+	// do not revert it either; one caught in the instant between its
+	// commit's flush and its end, when it does not wait, still can.
 	lsn uint64
 	// live are the pids of every backend of the primary, read after the
 	// caller's Mark and just before the snapshot (liveKnown false on a
