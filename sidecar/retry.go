@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cuesched/cuesched/publisher"
-	"github.com/cuesched/cuesched/shared/pause"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/shared/pause"
 )
 
 type redisFailure struct {

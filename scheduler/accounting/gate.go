@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cuesched/cuesched/publisher"
+	"github.com/cuesched/cuesched/shared/pause"
 )
 
 // The booking gate of this instance, the binding of the accounting Redis
@@ -84,7 +85,7 @@ func (s *Service) setGateLocked(ready bool, reason string) {
 func (s *Service) watchEpoch(ctx context.Context) {
 	for ctx.Err() == nil {
 		s.checkEpoch(ctx)
-		sleep(ctx, s.cfg.EpochPollInterval)
+		_ = pause.For(ctx, s.cfg.EpochPollInterval)
 	}
 }
 

@@ -84,7 +84,7 @@ func (l *leader) campaign(ctx context.Context, lead func(ctx context.Context)) {
 			l.log.Warn("loop lock: attempt failed", "error", err)
 		}
 		if !ok {
-			sleep(ctx, l.poll)
+			_ = pause.For(ctx, l.poll)
 			continue
 		}
 		l.log.Info("loop lock acquired: this instance runs recompute and limit reseed")
@@ -276,6 +276,3 @@ func (l *leader) close() {
 		l.conn = nil
 	}
 }
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) { _ = pause.For(ctx, d) }

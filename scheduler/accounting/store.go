@@ -26,8 +26,7 @@ import (
 type store struct {
 	pool *pgxpool.Pool
 	// visibleWait bounds how long a snapshot waits for transactions that
-	// committed before its WAL position to become visible (beginVisible)
-	// [defaultVisibleWait].
+	// committed before its WAL position to become visible (beginVisible).
 	visibleWait time.Duration
 	// vis waits for those transactions.
 	vis *replication.Visibility
@@ -49,7 +48,7 @@ func newStore(pool *pgxpool.Pool, log hclog.Logger, waits prometheus.Counter) *s
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &store{pool: pool, log: log, blind: new(sync.Once),
+	return &store{pool: pool, log: log, blind: new(sync.Once), visibleWait: defaultVisibleWait,
 		vis: replication.NewVisibility(pool, replication.VisibilityOptions{Logger: log, Waits: waits, What: "the accounting snapshot"})}
 }
 
@@ -161,9 +160,6 @@ func (s *store) beginVisible(ctx context.Context) (pgx.Tx, error) {
 	}
 	if len(waiting) > 0 {
 		patience := s.visibleWait
-		if patience <= 0 {
-			patience = defaultVisibleWait
-		}
 		xids := make([]uint32, len(waiting))
 		for i, x := range waiting {
 			xids[i] = uint32(x)

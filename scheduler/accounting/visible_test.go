@@ -10,11 +10,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cuesched/cuesched/publisher"
 	"github.com/cuesched/cuesched/shared/testkit/heldcommit"
+	"github.com/cuesched/cuesched/shared/testkit/promread"
 	"github.com/cuesched/cuesched/shared/testkit/testenv"
 )
 
@@ -31,10 +30,11 @@ func TestLimitReseedWaitsForCommittedCapChanges(t *testing.T) {
 	ctx := context.Background()
 	f := newFarm(t, withDatabase(heldcommit.Database(t, ctx)))
 	sh := f.addShow(showSpec{managed: true, burstCores: 10, jobs: 1, jobMaxCores: 6})
-	s, _ := f.service(Config{})
+	s, reg := f.service(Config{})
 	if err := s.Bootstrap(ctx); err != nil {
 		t.Fatal(err)
 	}
+	waits := func() float64 { return promread.Value(t, reg, "scheduler_accounting_visibility_waits_total") }
 	key := keyOf("job", sh, 0)
 	if v := f.counter(key, "int_max_cores"); v != 6 {
 		t.Fatalf("bootstrap wrote job cap %d, want 6", v)
@@ -76,7 +76,7 @@ func TestLimitReseedWaitsForCommittedCapChanges(t *testing.T) {
 	if v := f.counter(key, "int_max_cores"); v != 6 {
 		t.Fatalf("job cap %d in Redis, want the bootstrap's 6 untouched", v)
 	}
-	if n := count(t, s.m.visWaits); n < 1 {
+	if n := waits(); n < 1 {
 		t.Fatalf("scheduler_accounting_visibility_waits_total = %v, want at least 1", n)
 	}
 	if err := h.Release(t, ctx); err != nil {
@@ -91,12 +91,12 @@ func TestLimitReseedWaitsForCommittedCapChanges(t *testing.T) {
 
 	// Within its patience: the reseed waits, then copies the new cap.
 	s.st.visibleWait = testenv.Patience(20 * time.Second)
-	before := count(t, s.m.visWaits)
+	before := waits()
 	h, _ = lower()
 	done := make(chan error, 1)
 	go func() { done <- s.ReseedLimits(ctx) }()
 	deadline := time.Now().Add(testenv.Patience(20 * time.Second))
-	for count(t, s.m.visWaits) == before {
+	for waits() == before {
 		select {
 		case err := <-done:
 			t.Fatalf("the reseed ended (%v) without waiting for the invisible change", err)
@@ -116,16 +116,6 @@ func TestLimitReseedWaitsForCommittedCapChanges(t *testing.T) {
 	if v := f.counter(key, "int_max_cores"); v != 2 {
 		t.Fatalf("job cap %d after the reseed waited out the change, want 2", v)
 	}
-}
-
-// count reads a counter.
-func count(t *testing.T, c prometheus.Counter) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
 }
 
 // TestSnapshotSaysWhenItCannotSeeOtherRoles: without pg_read_all_stats a
