@@ -220,8 +220,19 @@ func TestPassBehindATableLockEnds(t *testing.T) {
 			if err := holder.Rollback(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if r := s.Loop.Pass(ctx, allocCluster(w)); r.Dispatched != 2 {
-				t.Fatalf("pass after the lock went = %+v, want 2 booked", r)
+			// The passes after it book. (With a pass deadline of one
+			// second, a pass on a loaded machine can end on it before it
+			// books; the next one goes on from there.)
+			booked, deadline := 0, time.Now().Add(testenv.Patience(30*time.Second))
+			for booked < 2 {
+				r := s.Loop.Pass(ctx, allocCluster(w))
+				booked += r.Dispatched
+				if booked < 2 && time.Now().After(deadline) {
+					t.Fatalf("passes after the lock went booked %d frames, want 2 (last pass %+v)", booked, r)
+				}
+			}
+			if booked != 2 {
+				t.Fatalf("passes after the lock went booked %d frames, want 2", booked)
 			}
 		})
 	}
