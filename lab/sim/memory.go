@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"maps"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -37,8 +38,9 @@ type memWorld struct {
 	requests sync.Map // layer id -> memory asked at its first launch (KB)
 	kills    atomic.Int64
 	killedMu sync.Mutex
-	killed   map[string]int // frame id -> memory kills
-	byLayer  map[string]int // layer id -> memory kills
+	killed   map[string]int       // frame id -> memory kills
+	byLayer  map[string]int       // layer id -> memory kills
+	first    map[string]time.Time // layer id -> its first memory kill
 }
 
 // MemoryWorld makes host memory real for the scenario: every frame uses
@@ -85,10 +87,20 @@ func (w *World) recordKill(fc fakerqd.FrameCompletion) {
 	w.mem.killedMu.Lock()
 	defer w.mem.killedMu.Unlock()
 	if w.mem.killed == nil {
-		w.mem.killed, w.mem.byLayer = map[string]int{}, map[string]int{}
+		w.mem.killed, w.mem.byLayer, w.mem.first = map[string]int{}, map[string]int{}, map[string]time.Time{}
 	}
 	w.mem.killed[fc.FrameID]++
 	w.mem.byLayer[fc.LayerID]++
+	if _, ok := w.mem.first[fc.LayerID]; !ok {
+		w.mem.first[fc.LayerID] = time.Now()
+	}
+}
+
+// FirstKills returns when each layer's first memory kill happened.
+func (w *World) FirstKills() map[string]time.Time {
+	w.mem.killedMu.Lock()
+	defer w.mem.killedMu.Unlock()
+	return maps.Clone(w.mem.first)
 }
 
 // rssOf is the peak RSS of a launched frame (KB): its layer's profile

@@ -50,3 +50,26 @@ func TestRunTimeIsTheFramesOwn(t *testing.T) {
 		t.Error("a retry (second launch) ran exactly as long as the first, three times over")
 	}
 }
+
+// A layer's own run span overrides the world's: fixed, or drawn within it.
+func TestLayerRunTimes(t *testing.T) {
+	t.Parallel()
+	w := &World{Opts: Options{Seed: 7}, runMin: 500 * time.Millisecond, runMax: 1500 * time.Millisecond}
+	w.LayerRunTime("fixed", 4*time.Second)
+	w.LayerRunTimes("spread", 2*time.Second, 6*time.Second)
+	seen := map[time.Duration]bool{}
+	for i := range 200 {
+		name := fmt.Sprintf("%04d-comp", i)
+		if d := w.runTimeOf(&rqdpb.RunFrame{LayerId: "fixed", JobName: "j", FrameName: name, FrameId: "f" + name}); d != 4*time.Second {
+			t.Fatalf("fixed layer: %v", d)
+		}
+		d := w.runTimeOf(&rqdpb.RunFrame{LayerId: "spread", JobName: "j", FrameName: name, FrameId: "s" + name})
+		if d < 2*time.Second || d >= 6*time.Second {
+			t.Fatalf("spread layer: %v outside [2s, 6s)", d)
+		}
+		seen[d.Truncate(time.Second)] = true
+	}
+	if len(seen) != 4 {
+		t.Errorf("spread layer's run times fell in %d of its 4 seconds", len(seen))
+	}
+}

@@ -84,7 +84,7 @@ type World struct {
 	base     []func(*config.Config)
 	runMin   time.Duration
 	runMax   time.Duration
-	runtime  sync.Map // layer id -> time.Duration
+	runtime  sync.Map // layer id -> runSpan
 	launches sync.Map // frame id -> *atomic.Int64 (launches seen, for the run-time draw)
 	outcome  sync.Map // layer id -> Outcome
 	mem      memWorld
@@ -199,25 +199,34 @@ func (w *World) RunTimes(min, max time.Duration) { w.runMin, w.runMax = min, max
 
 // LayerRunTime fixes the run time of one layer's frames.
 func (w *World) LayerRunTime(layerID string, d time.Duration) {
-	w.runtime.Store(layerID, d)
+	w.runtime.Store(layerID, runSpan{d, d})
 }
 
-// runTimeOf is how long a launched frame runs: its layer's fixed run time,
-// or a draw in [runMin, runMax) that is a function of the seed, the frame
-// (job and frame name) and which launch of it this is. The draw does not
-// depend on the order launches reach the fake RQD, so a seed gives every
-// frame the same run times however the machine's load interleaves them.
+// LayerRunTimes gives one layer's frames run times drawn in [min, max), as
+// RunTimes does for the rest: frames launched together end spread out.
+func (w *World) LayerRunTimes(layerID string, min, max time.Duration) {
+	w.runtime.Store(layerID, runSpan{min, max})
+}
+
+// runSpan is a range of run times; min == max fixes them.
+type runSpan struct{ min, max time.Duration }
+
+// runTimeOf is how long a launched frame runs: a draw in its layer's run
+// span or in [runMin, runMax), a function of the seed, the frame (job and
+// frame name) and which launch of it this is. The draw does not depend on
+// the order launches reach the fake RQD, so a seed gives every frame the
+// same run times however the machine's load interleaves them.
 func (w *World) runTimeOf(rf *rqdpb.RunFrame) time.Duration {
+	span := runSpan{w.runMin, w.runMax}
 	if v, ok := w.runtime.Load(rf.GetLayerId()); ok {
-		return v.(time.Duration)
+		span = v.(runSpan)
 	}
-	if w.runMax <= w.runMin {
-		return w.runMin
+	if span.max <= span.min {
+		return span.min
 	}
-	span := uint64(w.runMax - w.runMin)
 	n, _ := w.launches.LoadOrStore(rf.GetFrameId(), new(atomic.Int64))
 	attempt := n.(*atomic.Int64).Add(1)
-	return w.runMin + time.Duration(frameDraw(w.Opts.Seed, rf.GetJobName(), rf.GetFrameName(), attempt)%span)
+	return span.min + time.Duration(frameDraw(w.Opts.Seed, rf.GetJobName(), rf.GetFrameName(), attempt)%uint64(span.max-span.min))
 }
 
 // frameDraw hashes (seed, job, frame, attempt) to a uniform 64-bit value.
