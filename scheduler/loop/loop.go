@@ -252,13 +252,10 @@ func SlotBudgets(js []jobs.Job, slots, u float64) []int {
 	if len(js) < 2 {
 		return out
 	}
-	var total float64
-	for _, j := range js {
-		total += float64(max(j.Effective, 1))
-	}
+	total := totalWeight(js)
 	at := u
 	for i, j := range js {
-		next := at + slots*float64(max(j.Effective, 1))/total
+		next := at + slots*weight(j)/total
 		out[i] = int(math.Floor(next) - math.Floor(at))
 		if j.BelowMinCores {
 			out[i] = max(out[i], 1)
@@ -288,15 +285,23 @@ func LotteryBudgets(js []jobs.Job, perJob int) []int {
 	if len(js) < 2 {
 		return out
 	}
-	var total float64
-	for _, j := range js {
-		total += float64(max(j.Effective, 1))
-	}
+	total := totalWeight(js)
 	pass := float64(perJob * len(js))
 	for i, j := range js {
-		out[i] = max(int(math.Ceil(pass*float64(max(j.Effective, 1))/total)), 1)
+		out[i] = max(int(math.Ceil(pass*weight(j)/total)), 1)
 	}
 	return out
+}
+
+// weight is a job's lottery weight: its effective priority, floored at 1.
+func weight(j jobs.Job) float64 { return float64(max(j.Effective, 1)) }
+
+func totalWeight(js []jobs.Job) float64 {
+	var total float64
+	for _, j := range js {
+		total += weight(j)
+	}
+	return total
 }
 
 // errorBackoff is the sleep after the n-th consecutive failed pass of a
