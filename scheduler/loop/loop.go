@@ -229,10 +229,10 @@ func New(db jobs.DB, feed *clusters.Feed, worker Worker, cfg Config, o Options) 
 		draws: rand.New(rand.NewSource(seed)), working: map[string]map[string]int{}}
 }
 
-// LotteryFramesPerJob is the frames a job below which a lottery pass counts
-// its farm as tight (its budgets then follow the room its last pass found,
-// SlotBudgets); MaxLotteryFramesPerJob bounds a job's budget on a farm with
-// room (queue.dispatch_frames_per_job_limit still caps each job).
+// A lottery pass that plans fewer than LotteryFramesPerJob frames a job
+// counts its farm as tight: its budgets then follow the room its last pass
+// found (SlotBudgets). MaxLotteryFramesPerJob bounds a job's budget on a
+// farm with room (queue.dispatch_frames_per_job_limit still caps each job).
 const (
 	LotteryFramesPerJob    = 5
 	MaxLotteryFramesPerJob = 40
