@@ -180,7 +180,7 @@ type Loop struct {
 	workMu  sync.Mutex
 	working map[string]map[string]int
 	queryMu sync.Map
-	shares  sync.Map // cluster key -> lottery frames per pass (float64)
+	shares  sync.Map // cluster key -> lottery frames per job (int)
 	fails   sync.Map // cluster key -> consecutive failed passes (int)
 }
 
@@ -229,53 +229,13 @@ func New(db jobs.DB, feed *clusters.Feed, worker Worker, cfg Config, o Options) 
 		draws: rand.New(rand.NewSource(seed)), working: map[string]map[string]int{}}
 }
 
-// A lottery pass that plans fewer than LotteryFramesPerJob frames a job
-// counts its farm as tight: its budgets then follow the room its last pass
-// found (SlotBudgets). MaxLotteryFramesPerJob bounds a job's budget on a
-// farm with room (queue.dispatch_frames_per_job_limit still caps each job).
+// LotteryFramesPerJob is the average frame budget of a lottery pass's job
+// on a tight farm; MaxLotteryFramesPerJob bounds it on a farm with room
+// (queue.dispatch_frames_per_job_limit still caps each job).
 const (
 	LotteryFramesPerJob    = 5
 	MaxLotteryFramesPerJob = 40
 )
-
-// SlotBudgets splits the frames a tight pass expects to start (slots: what
-// the cluster's last pass found room for) across its jobs in proportion to
-// their effective priority (floored at 1), by systematic sampling at offset
-// u in [0, 1): each job gets the floor or the ceiling of its exact share, on
-// average the share itself, and the budgets sum to about slots. So the
-// frames are split by weight whatever the draw order, instead of the first
-// job drawn taking all of a pass smaller than its share. A job below its
-// minimum cores (first in the draw) gets at least 1. A job with a budget of
-// 0 sits the pass out. A lone job has no budget (0), as in LotteryBudgets.
-func SlotBudgets(js []jobs.Job, slots, u float64) []int {
-	out := make([]int, len(js))
-	if len(js) < 2 {
-		return out
-	}
-	total := totalWeight(js)
-	at := u
-	for i, j := range js {
-		next := at + slots*weight(j)/total
-		out[i] = int(math.Floor(next) - math.Floor(at))
-		if j.BelowMinCores {
-			out[i] = max(out[i], 1)
-		}
-		at = next
-	}
-	return out
-}
-
-// withBudget returns the jobs whose budget is positive, and their budgets.
-func withBudget(js []jobs.Job, budgets []int) ([]jobs.Job, []int) {
-	var work []jobs.Job
-	var kept []int
-	for i, b := range budgets {
-		if b > 0 {
-			work, kept = append(work, js[i]), append(kept, b)
-		}
-	}
-	return work, kept
-}
 
 // LotteryBudgets splits a pass of perJob × len(js) frames across its jobs in
 // proportion to their effective priority (floored at 1), at least one frame
@@ -285,23 +245,15 @@ func LotteryBudgets(js []jobs.Job, perJob int) []int {
 	if len(js) < 2 {
 		return out
 	}
-	total := totalWeight(js)
-	pass := float64(perJob * len(js))
-	for i, j := range js {
-		out[i] = max(int(math.Ceil(pass*weight(j)/total)), 1)
-	}
-	return out
-}
-
-// weight is a job's lottery weight: its effective priority, floored at 1.
-func weight(j jobs.Job) float64 { return float64(max(j.Effective, 1)) }
-
-func totalWeight(js []jobs.Job) float64 {
 	var total float64
 	for _, j := range js {
-		total += weight(j)
+		total += float64(max(j.Effective, 1))
 	}
-	return total
+	pass := float64(perJob * len(js))
+	for i, j := range js {
+		out[i] = max(int(math.Ceil(pass*float64(max(j.Effective, 1))/total)), 1)
+	}
+	return out
 }
 
 // errorBackoff is the sleep after the n-th consecutive failed pass of a
@@ -322,13 +274,6 @@ func (p *Loop) draw() string {
 	p.drawMu.Lock()
 	defer p.drawMu.Unlock()
 	return strconv.FormatUint(p.draws.Uint64(), 36)
-}
-
-// uniform is the next draw in [0, 1) (SlotBudgets' offset).
-func (p *Loop) uniform() float64 {
-	p.drawMu.Lock()
-	defer p.drawMu.Unlock()
-	return p.draws.Float64()
 }
 
 // Run runs the feed's refresh loop and the workers until ctx ends. It
@@ -597,38 +542,23 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	// each job's frames this pass are its weighted share of the pass, so the
 	// few slots of a saturated farm are split by priority, not all handed
 	// to the one job drawn first.
-	//
-	// A cluster's first pass assumes room (a cold farm fills at full
-	// speed): MaxLotteryFramesPerJob a job. A pass that spends every
-	// budget doubles the next pass's frames; one that cannot spend half
-	// of them (or, on a tight farm, all of them) sets the next pass's
-	// frames to what it started. Below LotteryFramesPerJob a job, the farm
-	// is tight and the frames are split by SlotBudgets, so a pass's budgets
-	// add up to about the room it finds.
 	var budgets []int
-	n := len(js)
-	passFrames, planned, tight := float64(MaxLotteryFramesPerJob*n), 0, false
-	work := js
+	// A cluster's first pass assumes room (a cold farm fills at full
+	// speed); the first pass that cannot spend half its budgets drops it
+	// to the tight-farm share.
+	share, planned := MaxLotteryFramesPerJob, 0
 	if p.cfg.Lottery {
 		if v, ok := p.shares.Load(c.Key()); ok {
-			passFrames = v.(float64)
+			share = v.(int)
 		}
-		if tight = passFrames < float64(LotteryFramesPerJob*n); tight {
-			budgets = SlotBudgets(js, passFrames, p.uniform())
-		} else {
-			budgets = LotteryBudgets(js, min(int(passFrames)/n, MaxLotteryFramesPerJob))
-		}
-		if n > 1 {
-			// The jobs a tight pass gives no frame sit it out.
-			work, budgets = withBudget(js, budgets)
-		}
+		budgets = LotteryBudgets(js, share)
 		for _, b := range budgets {
 			planned += b
 		}
 	}
 	var read *matcher.PassRead
 	if pr, ok := p.worker.(PassReader); ok {
-		if read, err = pr.PassLayers(ctx, c, work); err != nil {
+		if read, err = pr.PassLayers(ctx, c, js); err != nil {
 			if ctx.Err() != nil {
 				return PassResult{Reason: Cancelled}
 			}
@@ -638,7 +568,7 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	}
 	prev := make(chan struct{})
 	close(prev)
-	for i, j := range work {
+	for i, j := range js {
 		turn := matcher.Turn{Alone: len(js) == 1}
 		turn.Read = read
 		if p.cfg.Lottery {
@@ -685,16 +615,16 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 		p.m.delivery.Observe(min(float64(total)/float64(offered), 1))
 	}
 	if planned > 0 {
-		// A pass that spent every budget may have left free hosts
-		// behind: the next pass of this cluster hands out twice the
-		// frames (the lottery still splits them by weight). A pass that
-		// could not spend half of them, or on a tight farm all of them,
-		// found room for what it started: the next pass plans that many.
+		// A pass that spent every budget left free hosts behind: the
+		// farm has room, so the next pass of this cluster hands out
+		// twice the frames (the lottery still splits them by weight); a
+		// pass that could not spend half of them goes back to the
+		// tight-farm share, where the split matters.
 		switch {
 		case total >= planned && ctx.Err() == nil:
-			p.shares.Store(c.Key(), min(passFrames*2, float64(MaxLotteryFramesPerJob*n)))
-		case total*2 < planned || (tight && total < planned):
-			p.shares.Store(c.Key(), float64(max(total, 1)))
+			p.shares.Store(c.Key(), min(share*2, MaxLotteryFramesPerJob))
+		case total*2 < planned:
+			p.shares.Store(c.Key(), LotteryFramesPerJob)
 		}
 	}
 	res := PassResult{Jobs: len(js), Dispatched: total}
