@@ -27,6 +27,12 @@ import (
 //     seen (its own bookings' replies and every State poll) as a high
 //     water mark; a State read that returns less, under the same epoch, is
 //     a rollback of writes this instance saw acknowledged.
+//     A booking's own reply is judged the same way, against the mark read
+//     before it was sent (checkSeq): the first booking on a rolled-back
+//     Redis finds the loss, is refused, and fences every later booking of
+//     this publisher until a new epoch, so none runs on the undercounting
+//     counters in the window before a poll (SeqWentBack hands the finding
+//     to the poll, which acts on it even if acct:seq climbed back since).
 //   - every bootstrap's epoch carries a generation, the Redis server's
 //     clock at the bootstrap (NewEpoch: "g<unix µs>-<uuid>"). A re-bootstrap
 //     makes a newer one; a snapshot from before the last bootstrap brings
@@ -63,6 +69,62 @@ func (p *Publisher) State(ctx context.Context) (State, error) {
 		st.Seq = n
 	}
 	return st, nil
+}
+
+// ErrSeqWentBack is returned for a booking acknowledged with an acct:seq
+// at or below one this publisher saw acknowledged before the booking was
+// sent, under the same epoch: Redis lost acknowledged writes (restarted
+// from an older snapshot, a failover to a replica that missed them), and
+// its counters undercount what runs. The booking's outcome is to be undone
+// (Rollback), and every later booking is refused without reaching Redis
+// until a new epoch is adopted (ResetSeqHighWater): between a rollback and
+// the poll that acts on it (SeqWentBack), a booking against the stale
+// counters could pass a cap the lost writes had reached.
+var ErrSeqWentBack = errors.New("acct:seq went back: Redis lost acknowledged writes; booking stops until the accounting is re-bootstrapped")
+
+// seqFault is the evidence of a booking acknowledged with a seq that went
+// back, within one term of the high-water mark.
+type seqFault struct{ term, seq, hw int64 }
+
+// SeqWentBack reports a booking of the current term acknowledged with
+// acct:seq seq, at or below hw acknowledged before it was sent: proof that
+// Redis rolled back, for the accounting's lineage check to act on.
+func (p *Publisher) SeqWentBack() (seq, hw int64, ok bool) {
+	p.seqMu.Lock()
+	defer p.seqMu.Unlock()
+	if f := p.seqFault; f != nil && f.term == p.seqTerm {
+		return f.seq, f.hw, true
+	}
+	return 0, 0, false
+}
+
+// checkSeq judges a booking's acknowledged seq against hw and term, read
+// before it was sent: every booking INCRs acct:seq, so one sent after hw
+// was seen acknowledged gets more, unless Redis went back. It records the
+// evidence and returns ErrSeqWentBack; otherwise it raises the mark.
+func (p *Publisher) checkSeq(seq, hw, term int64) error {
+	p.seqMu.Lock()
+	defer p.seqMu.Unlock()
+	if p.seqTerm != term {
+		return nil // a new epoch since: the old mark proves nothing
+	}
+	if seq <= hw {
+		if p.seqFault == nil || p.seqFault.term != term {
+			p.seqFault = &seqFault{term: term, seq: seq, hw: hw}
+		}
+		return ErrSeqWentBack
+	}
+	p.seqHigh = max(p.seqHigh, seq)
+	return nil
+}
+
+// fenced is ErrSeqWentBack while a rollback found by a booking of the
+// current term stands.
+func (p *Publisher) fenced() error {
+	if _, _, ok := p.SeqWentBack(); ok {
+		return ErrSeqWentBack
+	}
+	return nil
 }
 
 // SeqHighWater is the highest acct:seq this publisher has seen acknowledged

@@ -63,6 +63,9 @@ type Publisher struct {
 	seqMu   sync.Mutex
 	seqHigh int64
 	seqTerm int64 // resets of seqHigh (new epochs adopted)
+	// seqFault: a booking of this term acknowledged with a seq that went
+	// back (lineage.go); booking stops until the next term.
+	seqFault *seqFault
 }
 
 // DefaultTombstoneTTL is Options.TombstoneTTL's default.
@@ -273,12 +276,16 @@ func (p *Publisher) doBook(ctx context.Context, b Booking, mode string) (Result,
 		p.m.bookings.WithLabelValues("error").Inc()
 		return Result{}, fmt.Errorf("accounting book: %w", err)
 	}
+	if err := p.fenced(); err != nil && mode == "check" {
+		p.m.bookings.WithLabelValues("error").Inc()
+		return Result{}, fmt.Errorf("accounting book proc %s: %w", b.ProcID, err)
+	}
 	keys, args := bookCall(b, mode)
-	_, term := p.SeqMark()
+	hw, term := p.SeqMark()
 	start := time.Now()
 	v, err := p.book.Run(ctx, p.rdb, keys, args...).Slice()
 	p.m.bookingLatency.Observe(time.Since(start).Seconds())
-	return p.bookReply(b, v, err, term)
+	return p.bookReply(b, v, err, hw, term)
 }
 
 // BookAll books several procs in one round trip: the booking script once
@@ -299,7 +306,13 @@ func (p *Publisher) BookAll(ctx context.Context, bs []Booking) ([]Result, []erro
 		cmd  *redis.Cmd
 	}
 	calls := make([]*call, 0, len(bs))
+	fence := p.fenced()
 	for i, b := range bs {
+		if fence != nil {
+			p.m.bookings.WithLabelValues("error").Inc()
+			errs[i] = fmt.Errorf("accounting book proc %s: %w", b.ProcID, fence)
+			continue
+		}
 		if err := b.validate(); err != nil {
 			p.m.bookings.WithLabelValues("error").Inc()
 			errs[i] = fmt.Errorf("accounting book: %w", err)
@@ -308,7 +321,7 @@ func (p *Publisher) BookAll(ctx context.Context, bs []Booking) ([]Result, []erro
 		keys, args := bookCall(b, "check")
 		calls = append(calls, &call{i: i, keys: keys, args: args})
 	}
-	_, term := p.SeqMark()
+	hw, term := p.SeqMark()
 	for attempt := 0; len(calls) > 0; attempt++ {
 		start := time.Now()
 		pipe := p.rdb.Pipeline()
@@ -325,12 +338,12 @@ func (p *Publisher) BookAll(ctx context.Context, bs []Booking) ([]Result, []erro
 				continue
 			}
 			p.m.bookingLatency.Observe(took)
-			results[c.i], errs[c.i] = p.bookReply(bs[c.i], v, err, term)
+			results[c.i], errs[c.i] = p.bookReply(bs[c.i], v, err, hw, term)
 		}
 		if len(again) > 0 {
 			if err := p.book.Load(ctx, p.rdb).Err(); err != nil {
 				for _, c := range again {
-					results[c.i], errs[c.i] = p.bookReply(bs[c.i], nil, err, term)
+					results[c.i], errs[c.i] = p.bookReply(bs[c.i], nil, err, hw, term)
 				}
 				break
 			}
@@ -375,8 +388,8 @@ func bookCall(b Booking, mode string) ([]string, []any) {
 }
 
 // bookReply reads the booking script's reply v (or the call's error err)
-// for b; term is the seq term read before the call (SeqMark).
-func (p *Publisher) bookReply(b Booking, v []any, err error, term int64) (Result, error) {
+// for b; hw and term are the seq mark read before the call (SeqMark).
+func (p *Publisher) bookReply(b Booking, v []any, err error, hw, term int64) (Result, error) {
 	cores := ChargeCores(b.Centicores)
 	if err != nil {
 		p.m.bookings.WithLabelValues("error").Inc()
@@ -391,6 +404,12 @@ func (p *Publisher) bookReply(b Booking, v []any, err error, term int64) (Result
 	case 1, 2:
 		seq, _ := intAt(v, 1)
 		if code == 1 {
+			// A new booking's seq is above every one acknowledged
+			// before it was sent (a duplicate's is its original's).
+			if err := p.checkSeq(seq, hw, term); err != nil {
+				p.m.bookings.WithLabelValues("error").Inc()
+				return Result{}, fmt.Errorf("accounting book proc %s: acknowledged with acct:seq %d, not above %d: %w", b.ProcID, seq, hw, err)
+			}
 			p.m.bookings.WithLabelValues("booked").Inc()
 		} else {
 			p.m.bookings.WithLabelValues("duplicate").Inc()

@@ -197,6 +197,12 @@ func (s *Service) checkLineage(st publisher.State, hw, term int64) (why, kind, j
 		if st.Seq < hw {
 			return fmt.Sprintf("acct:seq is %d under epoch %s, but %d was already acknowledged: Redis lost acknowledged writes (restarted from an older snapshot, or a failover to a replica that missed them)", st.Seq, st.Epoch, hw), "seq", judged
 		}
+		// A booking found it first (publisher.ErrSeqWentBack; the
+		// publisher refuses bookings since): acct:seq may have climbed
+		// back past the mark by now, so this poll could not see it.
+		if seq, bhw, ok := s.pub.SeqWentBack(); ok {
+			return fmt.Sprintf("a booking under epoch %s was acknowledged with acct:seq %d, but %d was already acknowledged: Redis lost acknowledged writes (restarted from an older snapshot, or a failover to a replica that missed them)", st.Epoch, seq, bhw), "seq", judged
+		}
 		s.pub.ObserveSeq(st.Seq)
 	case gen == 0 || s.knownGen == 0 || gen > s.knownGen:
 		// A re-bootstrap this instance did not see happen (or an epoch

@@ -503,3 +503,47 @@ func (s *showFx) releaseThenLose(procs []string) {
 	}
 	s.mustInsertProc("lost", 0, 100, 0)
 }
+
+// TestBookingFindsTheRollbackThePollCannot: Redis rolls back, and before
+// any poll looks, a booking is acknowledged with an acct:seq at or below
+// the high-water mark. The booking fails (publisher.ErrSeqWentBack) and
+// the publisher refuses every booking since, so nothing is booked on the
+// undercounting state in the window before a poll. Meanwhile acct:seq
+// climbs back past the mark (other instances' bookings and releases): a
+// poll comparing acct:seq alone would trust Redis again; the publisher's
+// finding makes it act. Without that check in checkLineage the poll finds
+// nothing and this test fails.
+func TestBookingFindsTheRollbackThePollCannot(t *testing.T) {
+	t.Parallel()
+	f := newFarm(t)
+	sh := f.addShow(showSpec{managed: true, burstCores: 1000, folderMaxCores: -1, jobs: 1, jobMaxCores: -1, hosts: 1})
+	s, reg := f.runReady(Config{ManagedPollInterval: 50 * time.Millisecond, EpochPollInterval: time.Hour,
+		LeaderPollInterval: 100 * time.Millisecond, FlipSettle: time.Hour, InFlightGrace: 500 * time.Millisecond,
+		RecomputeInterval: time.Hour})
+	var old dumpDB
+	for i := 1; i <= 10; i++ {
+		if i == 6 {
+			old = f.dump()
+		}
+		id := fmt.Sprintf("p-%d", i)
+		if _, err := f.pub.Book(f.ctx, sh.booking(id, 0, 100)); err != nil {
+			t.Fatalf("book %s: %v", id, err)
+		}
+		sh.mustInsertProc(id, 0, 100, 0)
+	}
+	f.restore(old)
+	if _, err := f.pub.Book(f.ctx, sh.booking("p-11", 0, 100)); !errors.Is(err, publisher.ErrSeqWentBack) {
+		t.Fatalf("booking on the rolled-back Redis: %v, want ErrSeqWentBack", err)
+	}
+	if _, err := f.pub.Book(f.ctx, sh.booking("p-12", 0, 100)); !errors.Is(err, publisher.ErrSeqWentBack) {
+		t.Fatalf("the booking after it: %v, want ErrSeqWentBack (refused before Redis)", err)
+	}
+	hw := f.pub.SeqHighWater()
+	if err := f.rdb.Set(f.ctx, publisher.SeqKey, hw+100, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.checkEpoch(f.ctx)
+	if got := promread.Value(t, reg, "scheduler_accounting_rollbacks_detected_total", "kind", "seq"); got != 1 {
+		t.Fatalf("seq rollbacks detected = %v with acct:seq back above the mark after a booking found the rollback, want 1", got)
+	}
+}
