@@ -180,7 +180,7 @@ type Loop struct {
 	workMu  sync.Mutex
 	working map[string]map[string]int
 	queryMu sync.Map
-	shares  sync.Map // cluster key -> lottery frames per job (int)
+	shares  sync.Map // cluster key -> passPlan
 	fails   sync.Map // cluster key -> consecutive failed passes (int)
 }
 
@@ -229,13 +229,54 @@ func New(db jobs.DB, feed *clusters.Feed, worker Worker, cfg Config, o Options) 
 		draws: rand.New(rand.NewSource(seed)), working: map[string]map[string]int{}}
 }
 
-// LotteryFramesPerJob is the average frame budget of a lottery pass's job
-// on a tight farm; MaxLotteryFramesPerJob bounds it on a farm with room
-// (queue.dispatch_frames_per_job_limit still caps each job).
-const (
-	LotteryFramesPerJob    = 5
-	MaxLotteryFramesPerJob = 40
-)
+// MaxLotteryFramesPerJob is a lottery pass's frames a job on a farm with
+// room (queue.dispatch_frames_per_job_limit still caps each job); once a
+// pass finds less room, the next passes plan the room found (SlotBudgets).
+const MaxLotteryFramesPerJob = 40
+
+// passPlan is a cluster's lottery plan: the frames its next pass hands out.
+type passPlan struct {
+	frames float64
+}
+
+// SlotBudgets splits the frames a tight pass expects to start (slots: what
+// the cluster's last pass found room for) across its jobs in proportion to
+// their effective priority (floored at 1), by systematic sampling at offset
+// u in [0, 1): each job gets the floor or the ceiling of its exact share, on
+// average the share itself, and the budgets sum to about slots. So the
+// frames are split by weight whatever the draw order, instead of the first
+// job drawn taking all of a pass smaller than its share. A job below its
+// minimum cores (first in the draw) gets at least 1. A job with a budget of
+// 0 sits the pass out. A lone job has no budget (0), as in LotteryBudgets.
+func SlotBudgets(js []jobs.Job, slots, u float64) []int {
+	out := make([]int, len(js))
+	if len(js) < 2 {
+		return out
+	}
+	total := totalWeight(js)
+	at := u
+	for i, j := range js {
+		next := at + slots*weight(j)/total
+		out[i] = int(math.Floor(next) - math.Floor(at))
+		if j.BelowMinCores {
+			out[i] = max(out[i], 1)
+		}
+		at = next
+	}
+	return out
+}
+
+// withBudget returns the jobs whose budget is positive, and their budgets.
+func withBudget(js []jobs.Job, budgets []int) ([]jobs.Job, []int) {
+	var work []jobs.Job
+	var kept []int
+	for i, b := range budgets {
+		if b > 0 {
+			work, kept = append(work, js[i]), append(kept, b)
+		}
+	}
+	return work, kept
+}
 
 // LotteryBudgets splits a pass of perJob × len(js) frames across its jobs in
 // proportion to their effective priority (floored at 1), at least one frame
@@ -245,15 +286,23 @@ func LotteryBudgets(js []jobs.Job, perJob int) []int {
 	if len(js) < 2 {
 		return out
 	}
-	var total float64
-	for _, j := range js {
-		total += float64(max(j.Effective, 1))
-	}
+	total := totalWeight(js)
 	pass := float64(perJob * len(js))
 	for i, j := range js {
-		out[i] = max(int(math.Ceil(pass*float64(max(j.Effective, 1))/total)), 1)
+		out[i] = max(int(math.Ceil(pass*weight(j)/total)), 1)
 	}
 	return out
+}
+
+// weight is a job's lottery weight: its effective priority, floored at 1.
+func weight(j jobs.Job) float64 { return float64(max(j.Effective, 1)) }
+
+func totalWeight(js []jobs.Job) float64 {
+	var total float64
+	for _, j := range js {
+		total += weight(j)
+	}
+	return total
 }
 
 // errorBackoff is the sleep after the n-th consecutive failed pass of a
@@ -274,6 +323,13 @@ func (p *Loop) draw() string {
 	p.drawMu.Lock()
 	defer p.drawMu.Unlock()
 	return strconv.FormatUint(p.draws.Uint64(), 36)
+}
+
+// uniform is the next draw in [0, 1) (SlotBudgets' offset).
+func (p *Loop) uniform() float64 {
+	p.drawMu.Lock()
+	defer p.drawMu.Unlock()
+	return p.draws.Float64()
 }
 
 // Run runs the feed's refresh loop and the workers until ctx ends. It
@@ -524,6 +580,7 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 		mu        sync.Mutex
 		total     int
 		offered   int // frames the jobs offered to hosts (matcher.Outcome.Planned)
+		idle      int // the budgets of jobs that worked no layer
 		stop      bool
 		allocFull bool
 		notSeeded bool
@@ -542,23 +599,47 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	// each job's frames this pass are its weighted share of the pass, so the
 	// few slots of a saturated farm are split by priority, not all handed
 	// to the one job drawn first.
-	var budgets []int
+	//
 	// A cluster's first pass assumes room (a cold farm fills at full
-	// speed); the first pass that cannot spend half its budgets drops it
-	// to the tight-farm share.
-	share, planned := MaxLotteryFramesPerJob, 0
+	// speed): MaxLotteryFramesPerJob a job, each job's share rounded up,
+	// at least one. Once a pass finds less room than its jobs could
+	// spend, the cluster's passes plan the room the last one found and
+	// split it by SlotBudgets, so a pass's budgets add up to about the
+	// room it finds and the frames follow the weights whatever the draw
+	// order; a pass that spends every budget doubles the next, up to the
+	// first pass's frames again (see the update after the pass).
+	var budgets []int
+	n := len(js)
+	roomy := float64(MaxLotteryFramesPerJob * n)
+	plan, planned := passPlan{frames: roomy}, 0
+	work := js
 	if p.cfg.Lottery {
 		if v, ok := p.shares.Load(c.Key()); ok {
-			share = v.(int)
+			plan = v.(passPlan)
 		}
-		budgets = LotteryBudgets(js, share)
+		passFrames := plan.frames
+		if passFrames < roomy {
+			budgets = SlotBudgets(js, passFrames, p.uniform())
+		} else {
+			budgets = LotteryBudgets(js, MaxLotteryFramesPerJob)
+		}
+		if n > 1 {
+			// A job whose share rounds to none sits the pass out.
+			work, budgets = withBudget(js, budgets)
+			if passFrames < roomy && len(budgets) > 0 {
+				// The probe: one frame more for the job drawn last.
+				// It starts only if the room is more than the plan,
+				// after every other job had its share.
+				budgets[len(budgets)-1]++
+			}
+		}
 		for _, b := range budgets {
 			planned += b
 		}
 	}
 	var read *matcher.PassRead
 	if pr, ok := p.worker.(PassReader); ok {
-		if read, err = pr.PassLayers(ctx, c, js); err != nil {
+		if read, err = pr.PassLayers(ctx, c, work); err != nil {
 			if ctx.Err() != nil {
 				return PassResult{Reason: Cancelled}
 			}
@@ -568,7 +649,7 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 	}
 	prev := make(chan struct{})
 	close(prev)
-	for i, j := range js {
+	for i, j := range work {
 		turn := matcher.Turn{Alone: len(js) == 1}
 		turn.Read = read
 		if p.cfg.Lottery {
@@ -595,6 +676,9 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 			defer mu.Unlock()
 			total += out.Dispatched
 			offered += out.Planned
+			if out.Layers == 0 && budgets != nil {
+				idle += budgets[i]
+			}
 			if err != nil && !errors.Is(err, context.Canceled) {
 				p.log.Warn("job processing failed", "job", j.Name, "error", err)
 				failed = true
@@ -615,16 +699,26 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 		p.m.delivery.Observe(min(float64(total)/float64(offered), 1))
 	}
 	if planned > 0 {
-		// A pass that spent every budget left free hosts behind: the
-		// farm has room, so the next pass of this cluster hands out
-		// twice the frames (the lottery still splits them by weight); a
-		// pass that could not spend half of them goes back to the
-		// tight-farm share, where the split matters.
+		// A pass whose jobs spent every budget they could work may have
+		// left free hosts behind: the next pass plans one more frame for
+		// them, and after two such passes in a row twice the frames (a
+		// plan past the room hands the excess to the jobs drawn first,
+		// the bias the split exists to remove, so it grows gently at the
+		// edge and fast on a farm with room). A pass that did not spend
+		// them found the room there is: the next pass plans that many for
+		// the jobs that could work, at least one (a pass with room
+		// to spare gives up its roomy plan only below half of it). A job
+		// that worked no layer (a limit without seats, no host for its
+		// tags, its layers held by another pass) says nothing of the
+		// room: the plan is scaled so the jobs that could work get what
+		// they started, and work that cannot run does not shrink the
+		// plan of the work that can.
+		runnable := planned - idle
 		switch {
-		case total >= planned && ctx.Err() == nil:
-			p.shares.Store(c.Key(), min(share*2, MaxLotteryFramesPerJob))
-		case total*2 < planned:
-			p.shares.Store(c.Key(), LotteryFramesPerJob)
+		case total >= runnable && ctx.Err() == nil:
+			p.shares.Store(c.Key(), passPlan{frames: min(plan.frames*2, roomy)})
+		case total < runnable && (plan.frames < roomy || total*2 < runnable):
+			p.shares.Store(c.Key(), passPlan{frames: max(float64(total)*float64(planned)/float64(runnable), 1)})
 		}
 	}
 	res := PassResult{Jobs: len(js), Dispatched: total}
