@@ -210,6 +210,13 @@ func TestRecomputeAfterARollbackDoesNotHideIt(t *testing.T) {
 // last five. It returns the epoch they were booked under.
 func lostFive(t *testing.T) (*farm, *Service, *prometheus.Registry, string) {
 	t.Helper()
+	f, s, reg, epoch, _ := lostFiveOf(t)
+	return f, s, reg, epoch
+}
+
+// lostFiveOf is lostFive with the show the ten procs were booked for.
+func lostFiveOf(t *testing.T) (*farm, *Service, *prometheus.Registry, string, *showFx) {
+	t.Helper()
 	f := newFarm(t)
 	sh := f.addShow(showSpec{managed: true, burstCores: 1000, folderMaxCores: -1, jobs: 1, jobMaxCores: -1, hosts: 1})
 	s, reg := f.runReady(Config{ManagedPollInterval: 50 * time.Millisecond, EpochPollInterval: time.Hour,
@@ -231,7 +238,7 @@ func lostFive(t *testing.T) (*farm, *Service, *prometheus.Registry, string) {
 		sh.mustInsertProc(id, 0, 100, 0)
 	}
 	f.restore(old)
-	return f, s, reg, epoch
+	return f, s, reg, epoch, sh
 }
 
 // TestRollbackRecyclesPooledBackends: Redis comes back from a snapshot
@@ -515,23 +522,7 @@ func (s *showFx) releaseThenLose(procs []string) {
 // nothing and this test fails.
 func TestBookingFindsTheRollbackThePollCannot(t *testing.T) {
 	t.Parallel()
-	f := newFarm(t)
-	sh := f.addShow(showSpec{managed: true, burstCores: 1000, folderMaxCores: -1, jobs: 1, jobMaxCores: -1, hosts: 1})
-	s, reg := f.runReady(Config{ManagedPollInterval: 50 * time.Millisecond, EpochPollInterval: time.Hour,
-		LeaderPollInterval: 100 * time.Millisecond, FlipSettle: time.Hour, InFlightGrace: 500 * time.Millisecond,
-		RecomputeInterval: time.Hour})
-	var old dumpDB
-	for i := 1; i <= 10; i++ {
-		if i == 6 {
-			old = f.dump()
-		}
-		id := fmt.Sprintf("p-%d", i)
-		if _, err := f.pub.Book(f.ctx, sh.booking(id, 0, 100)); err != nil {
-			t.Fatalf("book %s: %v", id, err)
-		}
-		sh.mustInsertProc(id, 0, 100, 0)
-	}
-	f.restore(old)
+	f, s, reg, _, sh := lostFiveOf(t)
 	if _, err := f.pub.Book(f.ctx, sh.booking("p-11", 0, 100)); !errors.Is(err, publisher.ErrSeqWentBack) {
 		t.Fatalf("booking on the rolled-back Redis: %v, want ErrSeqWentBack", err)
 	}
