@@ -699,15 +699,16 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 		p.m.delivery.Observe(min(float64(total)/float64(offered), 1))
 	}
 	if planned > 0 {
-		// A pass whose jobs spent every budget they could work may have
-		// left free hosts behind: the next pass plans one more frame for
-		// them, and after two such passes in a row twice the frames (a
-		// plan past the room hands the excess to the jobs drawn first,
-		// the bias the split exists to remove, so it grows gently at the
-		// edge and fast on a farm with room). A pass that did not spend
-		// them found the room there is: the next pass plans that many for
-		// the jobs that could work, at least one (a pass with room
-		// to spare gives up its roomy plan only below half of it). A job
+		// A pass whose jobs spent every budget they could work, the
+		// probe frame included, found more room than it planned: the
+		// next pass plans twice the frames, up to the roomy plan. (At the
+		// edge of the room the probe is what grows the plan: growing it
+		// on every pass that spent exactly its plan handed the excess of
+		// every other pass to the jobs drawn first, the bias the split
+		// exists to remove.) A pass that did not spend them found the
+		// room there is: the next pass plans that many for the jobs that
+		// could work, at least one (a pass with room to spare gives up
+		// its roomy plan only below half of it). A job
 		// that worked no layer (a limit without seats, no host for its
 		// tags, its layers held by another pass) says nothing of the
 		// room: the plan is scaled so the jobs that could work get what
