@@ -101,21 +101,18 @@ func (p *Publisher) SeqWentBack() (seq, hw int64, ok bool) {
 // checkSeq judges a booking's acknowledged seq against hw and term, read
 // before it was sent: every booking INCRs acct:seq, so one sent after hw
 // was seen acknowledged gets more, unless Redis went back. It records the
-// evidence and returns ErrSeqWentBack; otherwise it raises the mark.
+// evidence and returns ErrSeqWentBack (observeSeqIn raises the mark for a
+// seq that passes).
 func (p *Publisher) checkSeq(seq, hw, term int64) error {
 	p.seqMu.Lock()
 	defer p.seqMu.Unlock()
-	if p.seqTerm != term {
-		return nil // a new epoch since: the old mark proves nothing
+	if p.seqTerm != term || seq > hw {
+		return nil // passes, or a new epoch since: the old mark proves nothing
 	}
-	if seq <= hw {
-		if p.seqFault == nil || p.seqFault.term != term {
-			p.seqFault = &seqFault{term: term, seq: seq, hw: hw}
-		}
-		return ErrSeqWentBack
+	if p.seqFault == nil || p.seqFault.term != term {
+		p.seqFault = &seqFault{term: term, seq: seq, hw: hw}
 	}
-	p.seqHigh = max(p.seqHigh, seq)
-	return nil
+	return ErrSeqWentBack
 }
 
 // fenced is ErrSeqWentBack while a rollback found by a booking of the
