@@ -72,7 +72,7 @@ func TestMeasure(t *testing.T) {
 	for unit, want := range map[string]string{
 		"dispatch_frames/s": "frames/s", "round1_dispatch_frames/s": "frames/s", "pgbench_frames/s": "frames/s",
 		"frames/s": "frames/s", "stmts/frame": "stmts/frame", "round1_stmts/frame": "stmts/frame",
-		"dbalone_loop_frames/s": "frames/s", "e2e-vs-dbalone-loop-ratio": "ratio",
+		"pgbench_loop_frames/s": "frames/s", "e2e-vs-pgbench-loop-ratio": "ratio",
 		"x-vs-linear-ratio": "ratio", "sidecar/pgbench": "ratio", "p50-ms": "ms", "commit_to_redis_p99_ms": "ms", "ns/op": "ns/op",
 	} {
 		if got := Measure(unit); got != want {
@@ -85,8 +85,8 @@ func TestMeasure(t *testing.T) {
 func TestBaseline(t *testing.T) {
 	for unit, want := range map[string]bool{
 		"pgbench_frames/s": true, "round1_dispatch_frames/s": true, "dbalone_completion_frames/s": true,
-		"dbalone_loop_frames/s": true, "dispatch_frames/s": false, "frames/s": false,
-		"e2e-vs-dbalone-loop-ratio": false, "dbalone-loop-vs-pgbench-ratio": false,
+		"pgbench_loop_frames/s": true, "dispatch_frames/s": false, "frames/s": false,
+		"e2e-vs-pgbench-loop-ratio": false, "pgbench-loop-vs-pgbench-ratio": false,
 	} {
 		if got := baseline("EndToEnd", unit); got != want {
 			t.Errorf("baseline(EndToEnd, %q) = %v, want %v", unit, got, want)

@@ -80,6 +80,10 @@
 //     follows (RQD's ordinary kill, status 1 / signal 9) is then a memory
 //     failure: retried past the frame's retries, 33 kept.
 //   - FakeRQDCallback adapts the emulator to fakerqd.Config.OnComplete.
+//   - Succeeded returns the statements Complete sends for a frame that
+//     succeeded on a managed show's proc (SucceededPath), so a benchmark
+//     can replay Cuebot's side of the loop in pgbench with the emulator's
+//     own SQL (lab/e2e's phase 5).
 //
 // Every transaction is retried a few times on deadlock or serialization
 // failure (as RQD resends a report Cuebot could not process); any other

@@ -174,9 +174,8 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-func loadProc(ctx context.Context, q querier, procID string) (*procRow, error) {
-	var p procRow
-	err := q.QueryRow(ctx, `
+// loadProcSQL is Cuebot's getVirtualProc: $1 the proc.
+const loadProcSQL = `
 		SELECT p.pk_proc, p.pk_host, h.str_name, p.pk_show, p.pk_job, p.pk_layer, p.pk_frame,
 		       h.pk_alloc, j.pk_folder, j.pk_dept,
 		       p.int_cores_reserved, p.int_gpus_reserved, p.b_local
@@ -185,7 +184,11 @@ func loadProc(ctx context.Context, q querier, procID string) (*procRow, error) {
 		  JOIN host_stat hs ON hs.pk_host = p.pk_host
 		  JOIN alloc a      ON a.pk_alloc = h.pk_alloc
 		  JOIN job j        ON j.pk_job = p.pk_job
-		 WHERE p.pk_proc = $1`, procID).Scan(
+		 WHERE p.pk_proc = $1`
+
+func loadProc(ctx context.Context, q querier, procID string) (*procRow, error) {
+	var p procRow
+	err := q.QueryRow(ctx, loadProcSQL, procID).Scan(
 		&p.id, &p.host, &p.hostName, &p.show, &p.job, &p.layer, &p.frame,
 		&p.alloc, &p.folder, &p.dept, &p.cores, &p.gpus, &p.local)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -197,15 +200,19 @@ func loadProc(ctx context.Context, q querier, procID string) (*procRow, error) {
 	return &p, nil
 }
 
-func loadFrame(ctx context.Context, q querier, frameID string) (*frameRow, error) {
-	var f frameRow
-	err := q.QueryRow(ctx, `
-		SELECT f.str_state, COALESCE(f.int_version, 0), f.int_retries, f.int_exit_status,
+// loadFrameSQL reads the frame as Cuebot's getDispatchFrame and
+// getFrameDetail carry it (one statement): $1 the frame.
+const loadFrameSQL = `
+		SELECT f.str_state, COALESCE(f.int_version, 0) AS int_version, f.int_retries, f.int_exit_status,
 		       f.pk_job, f.pk_layer, j.int_max_retries, j.b_autoeat, l.int_timeout, l.int_timeout_llu
 		  FROM frame f
 		  JOIN job j   ON j.pk_job = f.pk_job
 		  JOIN layer l ON l.pk_layer = f.pk_layer
-		 WHERE f.pk_frame = $1`, frameID).Scan(
+		 WHERE f.pk_frame = $1`
+
+func loadFrame(ctx context.Context, q querier, frameID string) (*frameRow, error) {
+	var f frameRow
+	err := q.QueryRow(ctx, loadFrameSQL, frameID).Scan(
 		&f.state, &f.version, &f.retries, &f.exitStatus, &f.job, &f.layer,
 		&f.maxRetries, &f.autoEat, &f.timeoutMin, &f.timeoutLLU)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -433,15 +440,90 @@ func (e *Emulator) finalizeOrphan(ctx context.Context, c Completion) error {
 	return e.finishJobIfDone(ctx, f.job)
 }
 
+// usageClockSQL reads what the usage counters are computed from: the run's
+// seconds by the database clock (at least 1), its cores (centicores) and
+// GPUs. $1 the frame.
+const usageClockSQL = `
+		SELECT COALESCE(interval_to_seconds(current_timestamp - ts_started), 1)::float8 AS clock,
+		       COALESCE(int_cores, 100) AS cores, int_gpus AS gpus
+		  FROM frame WHERE pk_frame = $1`
+
+// UsageSQL is Cuebot's usage counters for a frame that succeeded, sent in
+// this order in one round trip. Show: $1 show. Job, Layer: $1 job or
+// layer, $2 core seconds, $3 GPU seconds, $4 clock seconds. JobHigh,
+// LayerHigh, LayerLow: $1 job or layer, $2 clock seconds.
+type UsageSQL struct {
+	Show, Job, JobHigh, Layer, LayerHigh, LayerLow string
+}
+
+func succeededUsage() UsageSQL {
+	return UsageSQL{
+		Show: `UPDATE show_stats SET int_frame_success_count = int_frame_success_count + 1 WHERE pk_show = $1`,
+		Job: `UPDATE job_usage SET int_core_time_success = int_core_time_success + $2,
+		            int_gpu_time_success = int_gpu_time_success + $3,
+		            int_clock_time_success = int_clock_time_success + $4,
+		            int_frame_success_count = int_frame_success_count + 1
+		      WHERE pk_job = $1`,
+		JobHigh: `UPDATE job_usage SET int_clock_time_high = $2 WHERE pk_job = $1 AND int_clock_time_high < $2`,
+		Layer: `UPDATE layer_usage SET int_core_time_success = int_core_time_success + $2,
+		            int_gpu_time_success = int_gpu_time_success + $3,
+		            int_clock_time_success = int_clock_time_success + $4,
+		            int_frame_success_count = int_frame_success_count + 1
+		      WHERE pk_layer = $1`,
+		LayerHigh: `UPDATE layer_usage SET int_clock_time_high = $2 WHERE pk_layer = $1 AND int_clock_time_high < $2`,
+		LayerLow:  `UPDATE layer_usage SET int_clock_time_low = $2 WHERE pk_layer = $1 AND ($2 < int_clock_time_low OR int_clock_time_low = 0)`,
+	}
+}
+
+// finishJobSQL shuts a PENDING job down once nothing is waiting, running,
+// dead, depending or checkpointing. $1 the job.
+const finishJobSQL = `
+			UPDATE job SET str_state = 'FINISHED', str_visible_name = NULL,
+			       ts_stopped = current_timestamp, ts_updated = current_timestamp
+			 WHERE pk_job = $1 AND str_state = 'PENDING'
+			   AND EXISTS (SELECT 1 FROM job_stat s WHERE s.pk_job = $1
+			                AND s.int_waiting_count + s.int_running_count + s.int_dead_count
+			                  + s.int_depend_count + s.int_checkpoint_count = 0)`
+
+// SucceededPath is the SQL Complete sends, one round trip a field in this
+// order, for a report of exit status 0 from the proc that runs the frame,
+// when the proc is not local and its show is scheduler-managed: the path
+// nearly every completion on a farm of managed shows takes. It is here for
+// benchmarks that replay Cuebot's side of the loop without the emulator
+// (lab/e2e runs it in pgbench), so they send the emulator's own statements.
+type SucceededPath struct {
+	// LoadProc: $1 the proc. LoadFrame: $1 the frame (its columns are
+	// named; int_version is 0 for a NULL version).
+	LoadProc, LoadFrame string
+	// StopFrame: $1 frame, $2 new state ('SUCCEEDED'), $3 exit status (0),
+	// $4 max RSS (KB), $5 the version LoadFrame read, $6 layer, $7 job.
+	StopFrame string
+	// UsageClock: $1 the frame; columns clock, cores, gpus. Usage is sent
+	// with clock = max(1, trunc(clock)), core seconds = max(1, trunc(clock
+	// * cores / 100)) and GPU seconds = clock * gpus.
+	UsageClock string
+	Usage      UsageSQL
+	// FinishJob: $1 the job.
+	FinishJob string
+	// Unbook, the one statement of the unbook transaction (BEGIN, Unbook,
+	// COMMIT): $1 the proc, $2 the release notification's payload (JSON of
+	// show, alloc, folder, job, layer, dept, cores as whole cores and gpus,
+	// both negative; '' sends none).
+	Unbook string
+}
+
+// Succeeded returns the statements of SucceededPath.
+func Succeeded() SucceededPath {
+	return SucceededPath{LoadProc: loadProcSQL, LoadFrame: loadFrameSQL, StopFrame: stopFrameSQL,
+		UsageClock: usageClockSQL, Usage: succeededUsage(), FinishJob: finishJobSQL, Unbook: unbookSQL}
+}
+
 // updateUsage is Cuebot's updateUsageCounters: show_stats, job_usage and
 // layer_usage from the database clock since ts_started.
 func (e *Emulator) updateUsage(ctx context.Context, frameID, job, layer, show string, exitStatus int) error {
 	var clock float64
 	var cores, gpus int64
-	err := e.pool.QueryRow(ctx, `
-		SELECT COALESCE(interval_to_seconds(current_timestamp - ts_started), 1)::float8,
-		       COALESCE(int_cores, 100), int_gpus
-		  FROM frame WHERE pk_frame = $1`, frameID).Scan(&clock, &cores, &gpus)
+	err := e.pool.QueryRow(ctx, usageClockSQL, frameID).Scan(&clock, &cores, &gpus)
 	if err != nil {
 		return fmt.Errorf("usage of frame %s: %w", frameID, err)
 	}
@@ -459,23 +541,15 @@ func (e *Emulator) updateUsage(ctx context.Context, frameID, job, layer, show st
 	add := func(sql string, args ...any) { stmts = append(stmts, stmt{sql, args}) }
 	if exitStatus > 0 {
 		add(`UPDATE show_stats SET int_frame_fail_count = int_frame_fail_count + 1 WHERE pk_show = $1`, show)
-	} else {
-		add(`UPDATE show_stats SET int_frame_success_count = int_frame_success_count + 1 WHERE pk_show = $1`, show)
 	}
 	if exitStatus == 0 {
-		add(`UPDATE job_usage SET int_core_time_success = int_core_time_success + $2,
-		            int_gpu_time_success = int_gpu_time_success + $3,
-		            int_clock_time_success = int_clock_time_success + $4,
-		            int_frame_success_count = int_frame_success_count + 1
-		      WHERE pk_job = $1`, job, coreTime, gpuTime, clk)
-		add(`UPDATE job_usage SET int_clock_time_high = $2 WHERE pk_job = $1 AND int_clock_time_high < $2`, job, clk)
-		add(`UPDATE layer_usage SET int_core_time_success = int_core_time_success + $2,
-		            int_gpu_time_success = int_gpu_time_success + $3,
-		            int_clock_time_success = int_clock_time_success + $4,
-		            int_frame_success_count = int_frame_success_count + 1
-		      WHERE pk_layer = $1`, layer, coreTime, gpuTime, clk)
-		add(`UPDATE layer_usage SET int_clock_time_high = $2 WHERE pk_layer = $1 AND int_clock_time_high < $2`, layer, clk)
-		add(`UPDATE layer_usage SET int_clock_time_low = $2 WHERE pk_layer = $1 AND ($2 < int_clock_time_low OR int_clock_time_low = 0)`, layer, clk)
+		u := succeededUsage()
+		add(u.Show, show)
+		add(u.Job, job, coreTime, gpuTime, clk)
+		add(u.JobHigh, job, clk)
+		add(u.Layer, layer, coreTime, gpuTime, clk)
+		add(u.LayerHigh, layer, clk)
+		add(u.LayerLow, layer, clk)
 	} else {
 		add(`UPDATE job_usage SET int_core_time_fail = int_core_time_fail + $2,
 		            int_clock_time_fail = int_clock_time_fail + $3,
@@ -501,17 +575,10 @@ func (e *Emulator) updateUsage(ctx context.Context, frameID, job, layer, show st
 	return nil
 }
 
-// finishJobIfDone shuts a PENDING job down once nothing is waiting, running,
-// dead, depending or checkpointing.
+// finishJobIfDone runs finishJobSQL.
 func (e *Emulator) finishJobIfDone(ctx context.Context, job string) error {
 	return e.retry(ctx, func() error {
-		_, err := e.pool.Exec(ctx, `
-			UPDATE job SET str_state = 'FINISHED', str_visible_name = NULL,
-			       ts_stopped = current_timestamp, ts_updated = current_timestamp
-			 WHERE pk_job = $1 AND str_state = 'PENDING'
-			   AND EXISTS (SELECT 1 FROM job_stat s WHERE s.pk_job = $1
-			                AND s.int_waiting_count + s.int_running_count + s.int_dead_count
-			                  + s.int_depend_count + s.int_checkpoint_count = 0)`, job)
+		_, err := e.pool.Exec(ctx, finishJobSQL, job)
 		if err != nil {
 			return fmt.Errorf("finish job %s: %w", job, err)
 		}
