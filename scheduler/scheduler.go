@@ -437,7 +437,7 @@ func New(ctx context.Context, cfg config.Config, d Deps) (_ *Scheduler, err erro
 	s.Loop = loop.New(s.pool, s.Feed, s.Matcher, loop.Config{
 		ClusterBuffer: q.Stream.ClusterBufferSize, JobBuffer: q.Stream.JobBufferSize, MaxJobsPerPass: q.MaxJobsPerClusterPass,
 		CoreUnit: int(unit), AgeRelief: q.PriorityAgeRelief.D(),
-		Lottery: q.JobOrder != config.JobOrderStrict, LotterySeed: q.LotterySeed,
+		Lottery: q.JobOrder != config.JobOrderStrict, LotterySeed: q.LotterySeed, FramesPerJob: q.DispatchFramesPerJobLimit,
 		EmptySleep: q.ClusterEmptySleep.D(), SaturatedSleep: q.ClusterSaturatedSleep.D(), Schema: &schema,
 		Live:            accounting.Live{RDB: s.rdb},
 		PassTimeout:     q.PassTimeout.D(),

@@ -125,6 +125,11 @@ type Config struct {
 	Lottery bool
 	// LotterySeed seeds the draws; 0 picks a random seed.
 	LotterySeed int64
+	// FramesPerJob is the cap the matcher puts on a job's frames in one
+	// pass, under its lottery budget (queue.dispatch_frames_per_job_limit;
+	// 0: none). A budget beyond it cannot be spent whatever the farm's
+	// room, so the lottery's room judgement counts each budget up to it.
+	FramesPerJob int
 	// Schema adapts the job query to the database (nil: current).
 	Schema *jobs.Schema
 	// Live, if set, gives the job query the show's live use (the
@@ -323,6 +328,15 @@ func (p *Loop) draw() string {
 	p.drawMu.Lock()
 	defer p.drawMu.Unlock()
 	return strconv.FormatUint(p.draws.Uint64(), 36)
+}
+
+// spendable is what a job can book of a lottery budget in one pass: the
+// budget, up to the matcher's per-job cap (FramesPerJob).
+func (p *Loop) spendable(budget int) int {
+	if p.cfg.FramesPerJob > 0 {
+		return min(budget, p.cfg.FramesPerJob)
+	}
+	return budget
 }
 
 // uniform is the next draw in [0, 1) (SlotBudgets' offset).
@@ -634,7 +648,7 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 			}
 		}
 		for _, b := range budgets {
-			planned += b
+			planned += p.spendable(b)
 		}
 	}
 	var read *matcher.PassRead
@@ -677,7 +691,7 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 			total += out.Dispatched
 			offered += out.Planned
 			if out.Layers == 0 && budgets != nil {
-				idle += budgets[i]
+				idle += p.spendable(budgets[i])
 			}
 			if err != nil && !errors.Is(err, context.Canceled) {
 				p.log.Warn("job processing failed", "job", j.Name, "error", err)
@@ -713,7 +727,10 @@ func (p *Loop) pass(ctx context.Context, c *clusters.Cluster) PassResult {
 		// tags, its layers held by another pass) says nothing of the
 		// room: the plan is scaled so the jobs that could work get what
 		// they started, and work that cannot run does not shrink the
-		// plan of the work that can.
+		// plan of the work that can. Each budget counts up to the
+		// matcher's per-job cap (spendable): frames above it cannot start
+		// whatever the room, so a farm with room whose high-priority jobs
+		// reached the cap is not judged tight.
 		runnable := planned - idle
 		switch {
 		case total >= runnable && ctx.Err() == nil:

@@ -2,6 +2,7 @@ package loop
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -112,5 +113,49 @@ func TestTightPassesSplitTheRoomTheyFind(t *testing.T) {
 				t.Errorf("%s took %.3f of the starts, want %.3f..%.3f", c.low, share, c.min, c.max)
 			}
 		})
+	}
+}
+
+// A farm with room is not judged tight because the matcher's per-job cap
+// (queue.dispatch_frames_per_job_limit) stopped the jobs whose lottery
+// budget was above it: five priority-100 jobs and one of priority 1 on a
+// farm with room for all, each job capped at 20 frames a pass. A roomy
+// pass plans 48 frames for each high job (20 can start) and 1 for the low
+// one, and starts 101. Judged on the 241 it planned, that pass "found" 101
+// slots: the next passes planned 101 split by weight, the low job's share
+// rounded to none in half of them (it started 5 frames in 10 passes).
+// Counted up to the cap, every pass keeps the roomy plan.
+func TestCappedJobsDoNotMakeARoomyFarmTight(t *testing.T) {
+	ctx := context.Background()
+	f := matchertest.OneAlloc(ctx, t)
+	for i, prio := range []int{100, 100, 100, 100, 100, 1} {
+		name := "high"
+		if prio == 1 {
+			name = "low"
+		}
+		name = fmt.Sprintf("%s-%d", name, i)
+		id := uuid.NewSHA1(uuid.NameSpaceOID, []byte(t.Name()+"/"+name)).String()
+		if _, err := f.Seed.Job(ctx, farmseed.JobSpec{ID: id, Name: name, Show: f.Show, Facility: f.Facility, Priority: prio,
+			Layers: []farmseed.LayerSpec{{Tags: []string{"general"}, Frames: 2}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.Pool.Exec(ctx, `UPDATE job_resource SET int_min_cores = 0`); err != nil {
+		t.Fatal(err)
+	}
+	cl := clusters.New(f.Facility, f.Show.ID, []clusters.Tag{{Name: "general", Type: clusters.Alloc, AllocID: f.Alloc}})
+	farm := &slotFarm{started: map[string]int{}} // caps each job at 20 a pass
+	p := New(f.Pool, nil, farm, Config{MaxJobsPerPass: 10, Lottery: true, LotterySeed: 1, FramesPerJob: 20}, Options{})
+	const passes = 10
+	for i := range passes {
+		farm.mu.Lock()
+		farm.free = 1000
+		farm.mu.Unlock()
+		if got := p.Pass(ctx, cl).Dispatched; got != 101 {
+			t.Errorf("pass %d started %d frames, want 101 (20 for each high job, 1 for the low one)", i+1, got)
+		}
+	}
+	if got := farm.started["low-5"]; got != passes {
+		t.Errorf("the low job started %d frames in %d passes, want one a pass (starts %v)", got, passes, farm.started)
 	}
 }
