@@ -587,11 +587,16 @@ func (e *env) waitSlotActive(timeout time.Duration) string {
 }
 
 // slotHolder is the instance name of the sidecar streaming the slot, ""
-// when none does.
+// when none does. A walsender still creating the slot (--create-slot: it
+// waits for a consistent point, for the transactions running then to end)
+// holds it in state 'startup', and the slot is not permanent yet: killed
+// then, the slot goes with it. Only a walsender that began streaming
+// (catchup, streaming) counts.
 func (e *env) slotHolder() string {
 	var name *string
 	err := e.pool.QueryRow(e.ctx, `SELECT r.application_name FROM pg_replication_slots s
-		LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid WHERE s.slot_name = $1`, e.slot).Scan(&name)
+		LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid AND r.state IN ('catchup', 'streaming')
+		WHERE s.slot_name = $1`, e.slot).Scan(&name)
 	if err != nil || name == nil {
 		return ""
 	}
