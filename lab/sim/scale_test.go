@@ -5,7 +5,33 @@ import (
 	"testing"
 
 	"github.com/cuesched/cuesched/scheduler/clusters"
+	"github.com/cuesched/cuesched/shared/config"
 )
+
+// SCALE's schedulers split the work by allocation whenever there are
+// several, the default run sized by --schedulers as well as the variants,
+// and --work-split, when given, is what they run with.
+func TestScaleWorkSplit(t *testing.T) {
+	cases := []struct {
+		name, flag string
+		variant    Variant
+		n          int
+		want       string
+	}{
+		{"one scheduler", "", Variant{}, 1, config.WorkSplitNone},
+		{"--schedulers 3", "", Variant{}, 3, config.WorkSplitAllocation},
+		{"--schedulers 3 --work-split none", config.WorkSplitNone, Variant{}, 3, config.WorkSplitNone},
+		{"--schedulers 2 --work-split cluster", config.WorkSplitCluster, Variant{}, 2, config.WorkSplitCluster},
+		{"the 3-scheduler variant", "", scaleThree, 3, config.WorkSplitAllocation},
+		{"the tenth farm at --schedulers 2", "", scaleBaseline, 2, config.WorkSplitAllocation},
+	}
+	for _, c := range cases {
+		w := &World{Opts: Options{WorkSplit: c.flag}, Variant: c.variant}
+		if got := w.scaleWorkSplit(c.n); got != c.want {
+			t.Errorf("%s: work_split %q, want %q", c.name, got, c.want)
+		}
+	}
+}
 
 // The heap is charged to the code that allocated it: clusters built by
 // package clusters are the schedulers' (scheduler/ on the stack, although
